@@ -1,0 +1,5 @@
+//! Pure analysis over the trace model (no IO; builds for wasm32): metrics, stages, token views.
+
+pub mod metrics;
+pub mod stages;
+pub mod token_view;

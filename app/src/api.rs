@@ -1,0 +1,116 @@
+//! The JSON query API's response types: a stable contract shared by the server and the browser.
+//!
+//! Field names here are public: other tools and the UI rely on them. Durations are milliseconds
+//! (`*_ms`, floats), instants are Unix nanoseconds (`*_ns`, integers).
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{EngineKind, FinishReason, Nanos, Role, SamplingParams, SpecialToken};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestSummary {
+    pub request_id: String,
+    pub engine: EngineKind,
+    pub instance: String,
+    pub model: String,
+    pub arrival_ns: Nanos,
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: f64,
+    pub queue_ms: Option<f64>,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    pub finish_reason: FinishReason,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestList {
+    pub requests: Vec<RequestSummary>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageKind {
+    Queued,
+    Prefill,
+    Decode,
+    Preempted,
+    KvTransfer,
+}
+
+/// One bar of a request's timeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub kind: StageKind,
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
+    /// Prompt tokens of a prefill chunk, output tokens of the decode stage.
+    pub tokens: Option<u32>,
+    pub iteration: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CandidateView {
+    pub token_id: u32,
+    pub text: Option<String>,
+    pub logprob: f32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenView {
+    pub index: u32,
+    pub token_id: u32,
+    pub text: Option<String>,
+    pub is_special: bool,
+    /// Which special token ("eos", "bos", "pad", "other"); "none" for ordinary text.
+    pub special: SpecialToken,
+    pub emitted_ns: Option<Nanos>,
+    /// Gap since the previous token; for token 0, the time to first token.
+    pub latency_ms: Option<f64>,
+    pub iteration: Option<u64>,
+    pub logprob: Option<f32>,
+    pub rank: Option<u32>,
+    pub candidates: Vec<CandidateView>,
+    /// Requests in the engine batch that produced this token (from iteration records).
+    pub batch_size: Option<u32>,
+    /// Requests waiting in the engine queue at that step.
+    pub waiting: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestDetail {
+    #[serde(flatten)]
+    pub summary: RequestSummary,
+    pub role: Role,
+    pub trace_id: Option<String>,
+    pub parent_span_id: Option<String>,
+    pub finished_ns: Nanos,
+    pub cached_tokens: u32,
+    pub sampling: SamplingParams,
+    pub preemptions: u32,
+    pub stages: Vec<Stage>,
+    pub tokens: Vec<TokenView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InstanceInfo {
+    pub instance: String,
+    pub engine: EngineKind,
+    pub engine_version: String,
+    pub model: String,
+    pub role: Role,
+    pub host: String,
+    pub first_seen_ns: Nanos,
+    pub last_seen_ns: Nanos,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InstanceList {
+    pub instances: Vec<InstanceInfo>,
+}
+
+/// Body of every error reply: what was wrong, in words a user can act on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}

@@ -1,0 +1,43 @@
+//! One engine scheduler step and the batch it ran: the evidence for interference between requests.
+
+use serde::{Deserialize, Serialize};
+
+use super::Nanos;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Prefill,
+    Decode,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchEntry {
+    pub request_id: String,
+    pub phase: Phase,
+    /// Tokens computed for this request in this step (chunk size, or 1 for plain decode).
+    pub tokens: u32,
+    /// Offset of this prefill chunk in the prompt (0 for decode and the first chunk).
+    pub prefill_offset: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Iteration {
+    pub iteration_id: u64,
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
+    pub batch: Vec<BatchEntry>,
+    pub running: u32,
+    pub waiting: u32,
+    pub kv_cache_usage: f32,
+}
+
+impl Iteration {
+    pub fn tokens_in(&self, phase: Phase) -> u32 {
+        self.batch
+            .iter()
+            .filter(|e| e.phase == phase)
+            .map(|e| e.tokens)
+            .sum()
+    }
+}

@@ -1,0 +1,42 @@
+//! The unified trace model: what every engine's traces become after ingest. Pure data, no IO.
+//!
+//! Invariants (checked by [`validate`] before anything is stored):
+//! - times are integer nanoseconds since the Unix epoch ([`Nanos`]);
+//! - a request's `tokens`, when present, number exactly `output_tokens`;
+//! - candidates are in rank order (non-increasing logprob).
+
+mod iteration;
+mod request;
+mod resource;
+mod token;
+pub mod validate;
+
+pub use iteration::{BatchEntry, Iteration, Phase};
+pub use request::{FinishReason, KvTransfer, Preemption, PrefillChunk, RequestTrace, SamplingParams};
+pub use resource::{EngineKind, Resource, Role};
+pub use token::{Candidate, SpecialToken, Token};
+
+/// Nanoseconds since the Unix epoch (or a duration in nanoseconds).
+pub type Nanos = i64;
+
+pub const NANOS_PER_MS: f64 = 1e6;
+
+/// Converts a nanosecond duration to milliseconds for display and the JSON API.
+pub fn ms(ns: Nanos) -> f64 {
+    ns as f64 / NANOS_PER_MS
+}
+
+/// Lowercase hex of an id (W3C trace and span ids are shown and stored this way).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Bytes of a hex id; `None` when it is not an even run of hex digits.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
+        .collect()
+}

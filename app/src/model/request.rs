@@ -1,0 +1,103 @@
+//! One finished request on one instance: its stage timestamps, counts and tokens.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Nanos, Token};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    #[default]
+    Unknown,
+    Stop,
+    Length,
+    Abort,
+    Error,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Unknown => "unknown",
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+            FinishReason::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Unknown, Self::Stop, Self::Length, Self::Abort, Self::Error]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrefillChunk {
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
+    pub tokens: u32,
+    pub iteration: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Preemption {
+    pub at_ns: Nanos,
+    pub resumed_ns: Option<Nanos>,
+    /// KV cache dropped and recomputed (true) rather than swapped out.
+    pub recompute: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KvTransfer {
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
+    pub bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplingParams {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i32>,
+    pub max_tokens: Option<u32>,
+    pub seed: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestTrace {
+    pub request_id: String,
+    /// W3C trace id, 32 lowercase hex digits.
+    pub trace_id: Option<String>,
+    /// W3C parent span id, 16 lowercase hex digits.
+    pub parent_span_id: Option<String>,
+    pub arrival_ns: Nanos,
+    pub queued_ns: Option<Nanos>,
+    pub first_scheduled_ns: Option<Nanos>,
+    pub first_token_ns: Option<Nanos>,
+    pub finished_ns: Nanos,
+    pub finish_reason: FinishReason,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    pub cached_tokens: u32,
+    pub prefill_chunks: Vec<PrefillChunk>,
+    pub preemptions: Vec<Preemption>,
+    pub kv_transfer: Option<KvTransfer>,
+    pub sampling: SamplingParams,
+    pub tokens: Vec<Token>,
+}
+
+impl RequestTrace {
+    /// First-token time: the explicit stage time, else the first token's emitted time.
+    pub fn first_token_at(&self) -> Option<Nanos> {
+        self.first_token_ns
+            .or_else(|| self.tokens.first().and_then(|t| t.emitted_ns))
+    }
+
+    /// When the scheduler first picked the request: explicit, else the first prefill chunk.
+    pub fn first_scheduled_at(&self) -> Option<Nanos> {
+        self.first_scheduled_ns
+            .or_else(|| self.prefill_chunks.first().map(|c| c.start_ns))
+    }
+}

@@ -1,0 +1,67 @@
+//! One output token: what was chosen, when, and what else was likely.
+
+use serde::{Deserialize, Serialize};
+
+use super::Nanos;
+
+/// Control tokens are flagged so the UI never renders them as nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpecialToken {
+    #[default]
+    None,
+    Eos,
+    Bos,
+    Pad,
+    Other,
+}
+
+impl SpecialToken {
+    pub fn is_special(self) -> bool {
+        self != SpecialToken::None
+    }
+
+    /// Stable small code used by the storage encoding; see [`SpecialToken::from_code`].
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_code(code: u8) -> Option<Self> {
+        [Self::None, Self::Eos, Self::Bos, Self::Pad, Self::Other]
+            .get(usize::from(code))
+            .copied()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub token_id: u32,
+    pub text: Option<String>,
+    pub logprob: f32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Token {
+    pub token_id: u32,
+    /// When the engine emitted the token (end of the iteration that produced it).
+    pub emitted_ns: Option<Nanos>,
+    /// Engine iteration that produced it.
+    pub iteration: Option<u64>,
+    pub logprob: Option<f32>,
+    /// 1-based rank among the whole vocabulary (1 = most likely).
+    pub rank: Option<u32>,
+    pub text: Option<String>,
+    pub special: SpecialToken,
+    /// Top-k alternatives in rank order, most likely first.
+    pub candidates: Vec<Candidate>,
+}
+
+impl Token {
+    /// The chosen token's rank as implied by the candidates, when it is among them.
+    pub fn rank_from_candidates(&self) -> Option<u32> {
+        self.candidates
+            .iter()
+            .position(|c| c.token_id == self.token_id)
+            .map(|i| i as u32 + 1)
+    }
+}

@@ -1,0 +1,47 @@
+//! Human formatting of numbers for the UI: units, sensible precision, thousands separators.
+
+/// `54.8 ms`, `6.82 s`, `812 µs`.
+pub fn duration_ms(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 1.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{:.0} µs", ms * 1000.0)
+    }
+}
+
+/// `96,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_have_units_and_sensible_precision() {
+        assert_eq!(duration_ms(54.83), "54.8 ms");
+        assert_eq!(duration_ms(6820.0), "6.82 s");
+        assert_eq!(duration_ms(0.812), "812 µs");
+        assert_eq!(duration_ms(250.4), "250 ms");
+    }
+
+    #[test]
+    fn thousands_are_separated() {
+        assert_eq!(thousands(96_000), "96,000");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+}

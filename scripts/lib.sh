@@ -1,0 +1,102 @@
+# Shared helpers for scripts/up (command 1) and scripts/test (command 2). Sourced, not run.
+# Everything here is idempotent: each step checks before it installs or starts anything.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+export PATH="$HOME/.cargo/bin:$PATH"
+# Leptos reads these at compile time (both the wasm and the server build) and at run time.
+export LEPTOS_OUTPUT_NAME=tokenscope LEPTOS_SITE_ROOT="$CARGO_TARGET_DIR/site" LEPTOS_SITE_PKG_DIR=pkg
+WASM_BINDGEN_VERSION="$(grep -A1 '^name = "wasm-bindgen"$' "$ROOT/Cargo.lock" | sed -n 's/^version = "\(.*\)"/\1/p')"
+SQLX_CLI_VERSION=0.9.0
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+APT_UPDATED=0
+apt_install() { # apt_install PKG... — installs the missing ones only
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing ${missing[*]}"
+  if [ $APT_UPDATED = 0 ]; then as_root apt-get update -qq; APT_UPDATED=1; fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+pg_bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+
+ensure_build_tools() {
+  command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup first" >&2; exit 1; }
+  command -v cc >/dev/null || apt_install build-essential
+  [ -n "$(pg_bin_dir)" ] || apt_install postgresql
+  rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+  if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGEN_VERSION" ]; then
+    log "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (about 3 min, once)"
+    # Not --locked: its lockfile pins a crate version the registry does not serve.
+    cargo install -q wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+  fi
+}
+
+ensure_sqlx_cli() {
+  if [ "$(cargo sqlx --version 2>/dev/null | awk '{print $2}')" != "$SQLX_CLI_VERSION" ]; then
+    log "installing sqlx-cli $SQLX_CLI_VERSION (about 3 min, once)"
+    cargo install -q sqlx-cli --version "$SQLX_CLI_VERSION" --locked --no-default-features --features postgres,rustls
+  fi
+}
+
+ensure_browser_tools() {
+  apt_install chromium nodejs npm
+  if [ ! -d "$ROOT/end2end/node_modules/playwright-core" ]; then
+    log "installing end-to-end test tools (npm, no browser download)"
+    (cd "$ROOT/end2end" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+
+# build_site PROFILE — the cargo-leptos build done with plain cargo: wasm → wasm-bindgen → site dir.
+build_site() {
+  local profile="$1" wasm_profile wasm_dir
+  if [ "$profile" = release ]; then wasm_profile=wasm-release; wasm_dir=wasm-release; else wasm_profile=dev; wasm_dir=debug; fi
+  log "building the browser app (wasm, $wasm_profile)"
+  cargo build -q -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile "$wasm_profile"
+  local pkg="$LEPTOS_SITE_ROOT/$LEPTOS_SITE_PKG_DIR"
+  mkdir -p "$pkg"
+  wasm-bindgen --target web --no-typescript --out-dir "$pkg" --out-name tokenscope \
+    "$CARGO_TARGET_DIR/wasm32-unknown-unknown/$wasm_dir/app.wasm"
+  mv "$pkg/tokenscope_bg.wasm" "$pkg/tokenscope.wasm"
+  cp "$ROOT/style/main.css" "$pkg/tokenscope.css"
+  cp -r "$ROOT/public/." "$LEPTOS_SITE_ROOT/"
+}
+
+# pg_start DIR PORT MODE — a project-local cluster; MODE=durable (user data) or throwaway (tests).
+# Postgres refuses to run as root, so as root the cluster belongs to the `postgres` user.
+pg_start() {
+  local dir="$1" port="$2" mode="$3" bin run=() opts
+  bin="$(pg_bin_dir)"
+  if [ "$(id -u)" = 0 ]; then
+    id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql postgres
+    run=(runuser -u postgres --)
+  fi
+  mkdir -p "$dir"
+  [ "$(id -u)" = 0 ] && chown postgres: "$dir" && chmod 700 "$dir"
+  if ! "${run[@]}" test -w "$dir"; then
+    echo "the postgres user cannot write $dir (a parent directory is not reachable for it);" \
+         "set DATABASE_URL to an existing database instead" >&2; exit 1
+  fi
+  if [ ! -s "$dir/PG_VERSION" ]; then
+    "${run[@]}" "$bin/initdb" -D "$dir" -U postgres --auth=trust --encoding=UTF8 --locale=C >/dev/null
+  fi
+  opts="-p $port -k $dir -c listen_addresses=127.0.0.1"
+  # Only throwaway test clusters trade durability for speed; the user's cluster keeps fsync on.
+  [ "$mode" = throwaway ] && opts="$opts -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+  if ! "${run[@]}" "$bin/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
+    "${run[@]}" "$bin/pg_ctl" -D "$dir" -l "$dir/server.log" -w -o "$opts" start >/dev/null
+  fi
+}
+
+pg_stop() {
+  local dir="$1" run=()
+  [ "$(id -u)" = 0 ] && run=(runuser -u postgres --)
+  "${run[@]}" "$(pg_bin_dir)/pg_ctl" -D "$dir" -m fast -w stop >/dev/null 2>&1 || true
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

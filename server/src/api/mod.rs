@@ -1,0 +1,107 @@
+//! The JSON query API (`/api/v1/...`) and health probes. Response types live in `app::api`.
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query, State},
+    http::StatusCode,
+    routing::{get, post},
+};
+use serde::Deserialize;
+
+use app::api::{InstanceList, RequestDetail, RequestList};
+
+use crate::error::{Error, Result};
+use crate::ingest;
+use crate::store::{RequestFilter, Store};
+
+pub const DEFAULT_LIMIT: i64 = 100;
+pub const MAX_LIMIT: i64 = 10_000;
+const ORDERS: [&str; 4] = ["start", "recent", "ttft_desc", "tpot_desc"];
+
+pub fn router(store: Store) -> Router {
+    Router::new()
+        .route("/api/v1/traces", post(ingest::http::post_traces))
+        .route("/api/v1/requests", get(list_requests))
+        .route("/api/v1/requests/{request_id}", get(get_request))
+        .route("/api/v1/instances", get(list_instances))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(store)
+}
+
+/// Query parameters arrive as strings and are parsed here, so a bad one gets a message that
+/// names it instead of a generic rejection.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListParams {
+    instance: Option<String>,
+    engine: Option<String>,
+    model: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    order: Option<String>,
+    limit: Option<String>,
+}
+
+fn parse_int(name: &str, value: Option<&str>) -> Result<Option<i64>> {
+    value
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse::<i64>()
+                .map_err(|_| Error::InvalidArgument(format!("{name}={v:?} is not an integer (Unix nanoseconds for from/to)")))
+        })
+        .transpose()
+}
+
+fn non_empty(v: Option<String>) -> Option<String> {
+    v.filter(|s| !s.is_empty())
+}
+
+impl ListParams {
+    fn into_filter(self) -> Result<RequestFilter> {
+        let order = self.order.unwrap_or_else(|| "start".into());
+        if !ORDERS.contains(&order.as_str()) {
+            return Err(Error::InvalidArgument(format!("order={order:?} is not one of {}", ORDERS.join(", "))));
+        }
+        let limit = parse_int("limit", self.limit.as_deref())?.unwrap_or(DEFAULT_LIMIT);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(Error::InvalidArgument(format!("limit={limit} must be between 1 and {MAX_LIMIT}")));
+        }
+        Ok(RequestFilter {
+            instance: non_empty(self.instance),
+            engine: non_empty(self.engine),
+            model: non_empty(self.model),
+            from_ns: parse_int("from", self.from.as_deref())?,
+            to_ns: parse_int("to", self.to.as_deref())?,
+            order,
+            limit,
+        })
+    }
+}
+
+async fn list_requests(State(store): State<Store>, Query(params): Query<ListParams>) -> Result<Json<RequestList>> {
+    let filter = params.into_filter()?;
+    Ok(Json(RequestList { requests: store.list_requests(&filter).await? }))
+}
+
+#[derive(Debug, Deserialize)]
+struct InstanceParam {
+    instance: Option<String>,
+}
+
+async fn get_request(
+    State(store): State<Store>,
+    Path(request_id): Path<String>,
+    Query(p): Query<InstanceParam>,
+) -> Result<Json<RequestDetail>> {
+    let instance = non_empty(p.instance);
+    Ok(Json(store.get_request(&request_id, instance.as_deref()).await?))
+}
+
+async fn list_instances(State(store): State<Store>) -> Result<Json<InstanceList>> {
+    Ok(Json(InstanceList { instances: store.list_instances().await? }))
+}
+
+async fn readyz(State(store): State<Store>) -> Result<(StatusCode, &'static str)> {
+    store.ping().await?;
+    Ok((StatusCode::OK, "ready"))
+}

@@ -1,0 +1,91 @@
+//! Command-line interface: flags, `TOKENSCOPE_*` environment variables, and the subcommands.
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::Result;
+use crate::server::{self, Config};
+use crate::store::Store;
+
+#[derive(Debug, Parser)]
+#[command(name = "tokenscope", version, about = "An engine microscope for LLM inference")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the UI, the query API and ingest (gRPC and HTTP).
+    Serve(ServeArgs),
+    /// Create or update the database schema, then exit.
+    Migrate(DbArgs),
+    /// Drop stored data older than N days (whole daily partitions), then exit.
+    Retention {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Keep this many days of data.
+        #[arg(long)]
+        keep_days: u32,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DbArgs {
+    /// Postgres connection URL.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Address of the HTTP server (UI, JSON API, JSON ingest).
+    #[arg(long, env = "TOKENSCOPE_HTTP_ADDR", default_value = "127.0.0.1:3000")]
+    pub http_addr: SocketAddr,
+    /// Address of the gRPC ingest server.
+    #[arg(long, env = "TOKENSCOPE_GRPC_ADDR", default_value = "127.0.0.1:4317")]
+    pub grpc_addr: SocketAddr,
+    /// Directory of the built browser app.
+    #[arg(long, env = "TOKENSCOPE_SITE_ROOT", default_value = "target/site")]
+    pub site_root: String,
+    /// Largest accepted ingest message in MiB (token-level batches are large; gRPC's usual 4 MiB
+    /// makes exporters drop whole batches).
+    #[arg(long, env = "TOKENSCOPE_MAX_MESSAGE_MIB", default_value_t = 64)]
+    pub max_message_mib: usize,
+    /// Drop data older than this many days (0 keeps everything).
+    #[arg(long, env = "TOKENSCOPE_RETENTION_DAYS", default_value_t = 0)]
+    pub retention_days: u32,
+}
+
+impl ServeArgs {
+    pub fn config(&self) -> Config {
+        Config {
+            http_addr: self.http_addr,
+            grpc_addr: self.grpc_addr,
+            database_url: self.db.database_url.clone(),
+            site_root: self.site_root.clone(),
+            max_message_bytes: self.max_message_mib << 20,
+            retention_days: self.retention_days,
+        }
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Serve(args) => server::start(args.config()).await?.wait().await,
+        Command::Migrate(db) => Store::connect(&db.database_url).await.map(|_| ()),
+        Command::Retention { db, keep_days } => {
+            let store = Store::connect(&db.database_url).await?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos() as i64;
+            let dropped = store.drop_partitions_before(now - i64::from(keep_days) * crate::store::DAY_NS).await?;
+            println!("dropped {} partitions: {}", dropped.len(), dropped.join(", "));
+            Ok(())
+        }
+    }
+}

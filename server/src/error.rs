@@ -1,0 +1,79 @@
+//! The one error type of the server, mapped to both an HTTP status and a gRPC code.
+
+use axum::{
+    Json,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+
+use app::api::ErrorBody;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The caller sent something wrong; the message says what and where.
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is valid but matches more than one thing (e.g. a request id on two instances).
+    #[error("{0}")]
+    Ambiguous(String),
+    /// The database cannot be reached; the caller may retry.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn http_status(&self) -> StatusCode {
+        match self {
+            Error::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Ambiguous(_) => StatusCode::CONFLICT,
+            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self {
+            Error::InvalidArgument(_) => tonic::Code::InvalidArgument,
+            Error::NotFound(_) => tonic::Code::NotFound,
+            Error::Ambiguous(_) => tonic::Code::FailedPrecondition,
+            Error::Unavailable(_) => tonic::Code::Unavailable,
+            Error::Internal(_) => tonic::Code::Internal,
+        }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                Error::Unavailable(e.to_string())
+            }
+            other => Error::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
+        tonic::Status::new(e.grpc_code(), e.to_string())
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        if let Error::Internal(message) = &self {
+            tracing::error!(%message, "internal error");
+        }
+        let body = ErrorBody {
+            error: self.to_string(),
+        };
+        (self.http_status(), Json(body)).into_response()
+    }
+}

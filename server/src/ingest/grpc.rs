@@ -1,0 +1,20 @@
+//! The `tokenscope.v1.TraceIngest` gRPC service.
+
+use tonic::{Request, Response, Status};
+
+use super::{native, store_decoded};
+use crate::proto::v1::{self, trace_ingest_server::TraceIngest};
+use crate::store::Store;
+
+pub struct IngestService {
+    pub store: Store,
+}
+
+#[tonic::async_trait]
+impl TraceIngest for IngestService {
+    async fn export(&self, request: Request<v1::ExportRequest>) -> Result<Response<v1::ExportResponse>, Status> {
+        let decoded = native::decode(request.into_inner());
+        let reply = store_decoded(&self.store, decoded).await?;
+        Ok(Response::new(reply))
+    }
+}

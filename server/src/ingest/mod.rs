@@ -1,0 +1,115 @@
+//! Ingest: turns engine formats into the unified model, validates, and stores a batch.
+//!
+//! Engine formats are known only to the adapters in this module (`native` so far). Everything an
+//! adapter produces goes through [`normalize`] and the model's validation before the store sees it.
+
+pub mod grpc;
+pub mod http;
+pub mod native;
+
+use app::model::{Iteration, RequestTrace, Resource, validate};
+
+use crate::error::{Error, Result};
+use crate::proto::v1;
+use crate::store::Store;
+
+/// One item of a batch with a label that names it in rejection messages.
+#[derive(Debug)]
+pub struct Item<T> {
+    pub label: String,
+    pub value: T,
+}
+
+/// The valid items of one resource (instance) in a batch.
+#[derive(Debug)]
+pub struct ResourceBatch {
+    pub resource: Resource,
+    pub requests: Vec<Item<RequestTrace>>,
+    pub iterations: Vec<Item<Iteration>>,
+}
+
+/// An item that was refused, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    pub item: String,
+    pub field: String,
+    pub message: String,
+    /// Whether the refused item was a request (else an iteration or a whole resource).
+    pub kind: ItemKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemKind {
+    Request,
+    Iteration,
+}
+
+/// What an adapter made of a batch.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    pub batches: Vec<ResourceBatch>,
+    pub rejections: Vec<Rejection>,
+}
+
+/// What the store did with the valid items.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub accepted_requests: u64,
+    pub duplicate_requests: u64,
+    pub accepted_iterations: u64,
+}
+
+/// Fills what the model defines as derivable: output count from the tokens, ranks from candidates.
+pub fn normalize(r: &mut RequestTrace) {
+    if r.output_tokens == 0 {
+        r.output_tokens = r.tokens.len() as u32;
+    }
+    for t in &mut r.tokens {
+        if t.rank.is_none() {
+            t.rank = t.rank_from_candidates();
+        }
+    }
+}
+
+impl Decoded {
+    pub fn reject(&mut self, kind: ItemKind, item: &str, e: validate::FieldError) {
+        self.rejections.push(Rejection {
+            item: item.to_string(),
+            field: e.field,
+            message: e.message,
+            kind,
+        });
+    }
+}
+
+/// Stores the valid part of a decoded batch and builds the reply. A batch in which nothing at all
+/// was valid is an error, so that a client sending only garbage hears about it loudly.
+pub async fn store_decoded(store: &Store, decoded: Decoded) -> Result<v1::ExportResponse> {
+    let Decoded { batches, rejections } = decoded;
+    let had_items = batches.iter().any(|b| !b.requests.is_empty() || !b.iterations.is_empty());
+    if !had_items && !rejections.is_empty() {
+        let listed: Vec<String> = rejections
+            .iter()
+            .take(10)
+            .map(|r| format!("{}: {}: {}", r.item, r.field, r.message))
+            .collect();
+        return Err(Error::InvalidArgument(format!(
+            "every item of the batch was rejected ({}): {}",
+            rejections.len(),
+            listed.join("; ")
+        )));
+    }
+    let stored = store.write(&batches).await?;
+    let count = |kind| rejections.iter().filter(|r| r.kind == kind).count() as u64;
+    Ok(v1::ExportResponse {
+        accepted_requests: stored.accepted_requests,
+        duplicate_requests: stored.duplicate_requests,
+        rejected_requests: count(ItemKind::Request),
+        accepted_iterations: stored.accepted_iterations,
+        rejected_iterations: count(ItemKind::Iteration),
+        rejections: rejections
+            .into_iter()
+            .map(|r| v1::Rejection { item: r.item, field: r.field, message: r.message })
+            .collect(),
+    })
+}

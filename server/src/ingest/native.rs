@@ -1,0 +1,397 @@
+//! Adapter for tokenscope's own wire format (`proto/tokenscope/v1`, gRPC or proto3 JSON).
+
+use app::model::{
+    self, BatchEntry, Candidate, EngineKind, FinishReason, Iteration, KvTransfer, Phase, Preemption,
+    PrefillChunk, RequestTrace, Resource, Role, SamplingParams, SpecialToken, Token,
+    validate::{self, FieldError},
+};
+
+use super::{Decoded, Item, ItemKind, ResourceBatch, normalize};
+use crate::proto::v1;
+
+pub fn decode(export: v1::ExportRequest) -> Decoded {
+    let mut out = Decoded::default();
+    for (i, rt) in export.resource_traces.into_iter().enumerate() {
+        let at = format!("resource_traces[{i}]");
+        let resource = match resource(rt.resource).and_then(|r| validate::resource(&r).map(|()| r)) {
+            Ok(r) => r,
+            Err(e) => {
+                // Without a valid resource no item can be attributed to an instance.
+                for (j, r) in rt.requests.iter().enumerate() {
+                    let item = format!("{at}.requests[{j}] (request_id {:?})", r.request_id);
+                    out.reject(ItemKind::Request, &item, e.clone());
+                }
+                for j in 0..rt.iterations.len() {
+                    out.reject(ItemKind::Iteration, &format!("{at}.iterations[{j}]"), e.clone());
+                }
+                continue;
+            }
+        };
+        let mut batch = ResourceBatch { resource, requests: Vec::new(), iterations: Vec::new() };
+        for (j, r) in rt.requests.into_iter().enumerate() {
+            let label = format!("{at}.requests[{j}] (request_id {:?})", r.request_id);
+            match request(r) {
+                Ok(value) => batch.requests.push(Item { label, value }),
+                Err(e) => out.reject(ItemKind::Request, &label, e),
+            }
+        }
+        for (j, it) in rt.iterations.into_iter().enumerate() {
+            let label = format!("{at}.iterations[{j}] (iteration_id {})", it.iteration_id);
+            match iteration(it) {
+                Ok(value) => batch.iterations.push(Item { label, value }),
+                Err(e) => out.reject(ItemKind::Iteration, &label, e),
+            }
+        }
+        out.batches.push(batch);
+    }
+    out
+}
+
+fn resource(r: Option<v1::Resource>) -> Result<Resource, FieldError> {
+    let r = r.ok_or_else(|| FieldError::new("resource", "is missing"))?;
+    let engine = match v1::EngineKind::try_from(r.engine) {
+        Ok(v1::EngineKind::Vllm) => EngineKind::Vllm,
+        Ok(v1::EngineKind::Sglang) => EngineKind::Sglang,
+        Ok(v1::EngineKind::Trtllm) => EngineKind::Trtllm,
+        Ok(v1::EngineKind::Other | v1::EngineKind::Unspecified) => EngineKind::Other,
+        Err(_) => return Err(FieldError::new("resource.engine", format!("{} is not a known engine kind", r.engine))),
+    };
+    let role = match v1::Role::try_from(r.role) {
+        Ok(v1::Role::Colocated | v1::Role::Unspecified) => Role::Colocated,
+        Ok(v1::Role::Prefill) => Role::Prefill,
+        Ok(v1::Role::Decode) => Role::Decode,
+        Err(_) => return Err(FieldError::new("resource.role", format!("{} is not a known role", r.role))),
+    };
+    Ok(Resource {
+        engine,
+        engine_version: r.engine_version,
+        model: r.model,
+        instance_id: r.instance_id,
+        role,
+        host: r.host,
+    })
+}
+
+/// 0 means "not given" for optional instants.
+fn opt(t: i64) -> Option<i64> {
+    (t != 0).then_some(t)
+}
+
+fn hex(bytes: &[u8]) -> Option<String> {
+    (!bytes.is_empty()).then(|| model::hex(bytes))
+}
+
+fn request(r: v1::Request) -> Result<RequestTrace, FieldError> {
+    let finish_reason = match v1::FinishReason::try_from(r.finish_reason) {
+        Ok(v1::FinishReason::Unspecified) => FinishReason::Unknown,
+        Ok(v1::FinishReason::Stop) => FinishReason::Stop,
+        Ok(v1::FinishReason::Length) => FinishReason::Length,
+        Ok(v1::FinishReason::Abort) => FinishReason::Abort,
+        Ok(v1::FinishReason::Error) => FinishReason::Error,
+        Err(_) => return Err(FieldError::new("finish_reason", format!("{} is not a known finish reason", r.finish_reason))),
+    };
+    let tokens = match r.tokens {
+        Some(cols) => tokens(cols)?,
+        None => Vec::new(),
+    };
+    let sampling = r.sampling.map_or_else(SamplingParams::default, |s| SamplingParams {
+        temperature: s.temperature,
+        top_p: s.top_p,
+        top_k: s.top_k,
+        max_tokens: s.max_tokens,
+        seed: s.seed,
+    });
+    let mut trace = RequestTrace {
+        request_id: r.request_id,
+        trace_id: hex(&r.trace_id),
+        parent_span_id: hex(&r.parent_span_id),
+        arrival_ns: r.arrival_ns,
+        queued_ns: opt(r.queued_ns),
+        first_scheduled_ns: opt(r.first_scheduled_ns),
+        first_token_ns: opt(r.first_token_ns),
+        finished_ns: r.finished_ns,
+        finish_reason,
+        prompt_tokens: r.prompt_tokens,
+        output_tokens: r.output_tokens,
+        cached_tokens: r.cached_tokens,
+        prefill_chunks: r
+            .prefill_chunks
+            .into_iter()
+            .map(|c| PrefillChunk {
+                start_ns: c.start_ns,
+                end_ns: c.end_ns,
+                tokens: c.tokens,
+                iteration: (c.iteration_id != 0).then_some(c.iteration_id),
+            })
+            .collect(),
+        preemptions: r
+            .preemptions
+            .into_iter()
+            .map(|p| Preemption { at_ns: p.at_ns, resumed_ns: opt(p.resumed_ns), recompute: p.recompute })
+            .collect(),
+        kv_transfer: r.kv_transfer.map(|k| KvTransfer {
+            start_ns: k.start_ns,
+            end_ns: k.end_ns,
+            bytes: (k.bytes != 0).then_some(k.bytes),
+        }),
+        sampling,
+        tokens,
+    };
+    normalize(&mut trace);
+    validate::request(&trace)?;
+    Ok(trace)
+}
+
+/// A column must be empty (not recorded) or have one element per token.
+fn column<T>(name: &str, col: Vec<T>, n: usize) -> Result<Option<Vec<T>>, FieldError> {
+    match col.len() {
+        0 => Ok(None),
+        len if len == n => Ok(Some(col)),
+        len => Err(FieldError::new(
+            format!("tokens.{name}"),
+            format!("has {len} elements but token_id has {n}; a column must be empty or one per token"),
+        )),
+    }
+}
+
+fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
+    let n = c.token_id.len();
+    let emitted = column("emitted_ns", c.emitted_ns, n)?;
+    let iteration = column("iteration_id", c.iteration_id, n)?;
+    let logprob = column("logprob", c.logprob, n)?;
+    let rank = column("rank", c.rank, n)?;
+    let text = column("text", c.text, n)?;
+    let special = column("special", c.special, n)?;
+    let counts = column("candidate_count", c.candidate_count, n)?;
+    let total: u64 = counts.iter().flatten().map(|&k| u64::from(k)).sum();
+    for (name, len) in [
+        ("candidate_token_id", c.candidate_token_id.len()),
+        ("candidate_logprob", c.candidate_logprob.len()),
+    ] {
+        if len as u64 != total {
+            return Err(FieldError::new(
+                format!("tokens.{name}"),
+                format!("has {len} elements but candidate_count adds up to {total}"),
+            ));
+        }
+    }
+    let cand_text = match c.candidate_text.len() {
+        0 => None,
+        len if len as u64 == total => Some(c.candidate_text),
+        len => {
+            return Err(FieldError::new(
+                "tokens.candidate_text",
+                format!("has {len} elements but candidate_count adds up to {total}; send none or one per candidate"),
+            ));
+        }
+    };
+
+    let mut cand_ids = c.candidate_token_id.into_iter();
+    let mut cand_lps = c.candidate_logprob.into_iter();
+    let mut cand_texts = cand_text.map(|t| t.into_iter());
+    let mut texts = text.map(|t| t.into_iter());
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let special = match special.as_ref().map(|s| s[i]) {
+            None => SpecialToken::None,
+            Some(code) => special_token(code).ok_or_else(|| {
+                FieldError::new(format!("tokens.special[{i}]"), format!("{code} is not a known special-token kind"))
+            })?,
+        };
+        let k = counts.as_ref().map_or(0, |c| c[i] as usize);
+        let candidates = (0..k)
+            .map(|_| Candidate {
+                // Lengths were checked above, so the iterators cannot run dry.
+                token_id: cand_ids.next().unwrap_or_default(),
+                logprob: cand_lps.next().unwrap_or_default(),
+                text: cand_texts.as_mut().and_then(Iterator::next),
+            })
+            .collect();
+        out.push(Token {
+            token_id: c.token_id[i],
+            emitted_ns: emitted.as_ref().map(|e| e[i]),
+            iteration: iteration.as_ref().map(|it| it[i]),
+            logprob: logprob.as_ref().map(|l| l[i]),
+            rank: rank.as_ref().and_then(|r| (r[i] != 0).then_some(r[i])),
+            text: texts.as_mut().and_then(Iterator::next),
+            special,
+            candidates,
+        });
+    }
+    Ok(out)
+}
+
+fn special_token(code: i32) -> Option<SpecialToken> {
+    Some(match v1::SpecialToken::try_from(code).ok()? {
+        v1::SpecialToken::None => SpecialToken::None,
+        v1::SpecialToken::Eos => SpecialToken::Eos,
+        v1::SpecialToken::Bos => SpecialToken::Bos,
+        v1::SpecialToken::Pad => SpecialToken::Pad,
+        v1::SpecialToken::Other => SpecialToken::Other,
+    })
+}
+
+fn iteration(it: v1::Iteration) -> Result<Iteration, FieldError> {
+    let batch = it
+        .batch
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let phase = match v1::Phase::try_from(e.phase) {
+                Ok(v1::Phase::Prefill) => Phase::Prefill,
+                Ok(v1::Phase::Decode) => Phase::Decode,
+                _ => return Err(FieldError::new(format!("batch[{i}].phase"), "must be PREFILL or DECODE")),
+            };
+            Ok(BatchEntry { request_id: e.request_id, phase, tokens: e.tokens, prefill_offset: e.prefill_offset })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let it = Iteration {
+        iteration_id: it.iteration_id,
+        start_ns: it.start_ns,
+        end_ns: it.end_ns,
+        batch,
+        running: it.running,
+        waiting: it.waiting,
+        kv_cache_usage: it.kv_cache_usage,
+    };
+    validate::iteration(&it)?;
+    Ok(it)
+}
+
+/// The inverse adapter, model → wire: used by clients (tests, benchmarks, and the simulator) so
+/// that what they send is exactly what a model value means.
+pub fn to_wire(resource: &Resource, requests: &[RequestTrace], iterations: &[Iteration]) -> v1::ResourceTraces {
+    v1::ResourceTraces {
+        resource: Some(v1::Resource {
+            engine: match resource.engine {
+                EngineKind::Vllm => v1::EngineKind::Vllm,
+                EngineKind::Sglang => v1::EngineKind::Sglang,
+                EngineKind::Trtllm => v1::EngineKind::Trtllm,
+                EngineKind::Other => v1::EngineKind::Other,
+            } as i32,
+            engine_version: resource.engine_version.clone(),
+            model: resource.model.clone(),
+            instance_id: resource.instance_id.clone(),
+            role: match resource.role {
+                Role::Colocated => v1::Role::Colocated,
+                Role::Prefill => v1::Role::Prefill,
+                Role::Decode => v1::Role::Decode,
+            } as i32,
+            host: resource.host.clone(),
+        }),
+        requests: requests.iter().map(request_to_wire).collect(),
+        iterations: iterations.iter().map(iteration_to_wire).collect(),
+    }
+}
+
+fn unhex(s: &Option<String>) -> Vec<u8> {
+    s.as_deref().and_then(model::unhex).unwrap_or_default()
+}
+
+fn request_to_wire(r: &RequestTrace) -> v1::Request {
+    let t = &r.tokens;
+    let all = |f: fn(&Token) -> bool| !t.is_empty() && t.iter().all(f);
+    let mut cols = v1::TokenColumns {
+        token_id: t.iter().map(|x| x.token_id).collect(),
+        ..Default::default()
+    };
+    if all(|x| x.emitted_ns.is_some()) {
+        cols.emitted_ns = t.iter().filter_map(|x| x.emitted_ns).collect();
+    }
+    if all(|x| x.iteration.is_some()) {
+        cols.iteration_id = t.iter().filter_map(|x| x.iteration).collect();
+    }
+    if all(|x| x.logprob.is_some()) {
+        cols.logprob = t.iter().filter_map(|x| x.logprob).collect();
+    }
+    if t.iter().any(|x| x.rank.is_some()) {
+        cols.rank = t.iter().map(|x| x.rank.unwrap_or(0)).collect();
+    }
+    if all(|x| x.text.is_some()) {
+        cols.text = t.iter().filter_map(|x| x.text.clone()).collect();
+    }
+    if t.iter().any(|x| x.special.is_special()) {
+        cols.special = t.iter().map(|x| i32::from(x.special.code())).collect();
+    }
+    if t.iter().any(|x| !x.candidates.is_empty()) {
+        cols.candidate_count = t.iter().map(|x| x.candidates.len() as u32).collect();
+        let cands = || t.iter().flat_map(|x| &x.candidates);
+        cols.candidate_token_id = cands().map(|c| c.token_id).collect();
+        cols.candidate_logprob = cands().map(|c| c.logprob).collect();
+        if cands().all(|c| c.text.is_some()) {
+            cols.candidate_text = cands().filter_map(|c| c.text.clone()).collect();
+        }
+    }
+    v1::Request {
+        request_id: r.request_id.clone(),
+        trace_id: unhex(&r.trace_id),
+        parent_span_id: unhex(&r.parent_span_id),
+        arrival_ns: r.arrival_ns,
+        queued_ns: r.queued_ns.unwrap_or(0),
+        first_scheduled_ns: r.first_scheduled_ns.unwrap_or(0),
+        first_token_ns: r.first_token_ns.unwrap_or(0),
+        finished_ns: r.finished_ns,
+        finish_reason: match r.finish_reason {
+            FinishReason::Unknown => v1::FinishReason::Unspecified,
+            FinishReason::Stop => v1::FinishReason::Stop,
+            FinishReason::Length => v1::FinishReason::Length,
+            FinishReason::Abort => v1::FinishReason::Abort,
+            FinishReason::Error => v1::FinishReason::Error,
+        } as i32,
+        prompt_tokens: r.prompt_tokens,
+        output_tokens: r.output_tokens,
+        cached_tokens: r.cached_tokens,
+        prefill_chunks: r
+            .prefill_chunks
+            .iter()
+            .map(|c| v1::PrefillChunk {
+                start_ns: c.start_ns,
+                end_ns: c.end_ns,
+                tokens: c.tokens,
+                iteration_id: c.iteration.unwrap_or(0),
+            })
+            .collect(),
+        preemptions: r
+            .preemptions
+            .iter()
+            .map(|p| v1::Preemption { at_ns: p.at_ns, resumed_ns: p.resumed_ns.unwrap_or(0), recompute: p.recompute })
+            .collect(),
+        kv_transfer: r.kv_transfer.as_ref().map(|k| v1::KvTransfer {
+            start_ns: k.start_ns,
+            end_ns: k.end_ns,
+            bytes: k.bytes.unwrap_or(0),
+        }),
+        sampling: Some(v1::SamplingParams {
+            temperature: r.sampling.temperature,
+            top_p: r.sampling.top_p,
+            top_k: r.sampling.top_k,
+            max_tokens: r.sampling.max_tokens,
+            seed: r.sampling.seed,
+        }),
+        tokens: (!t.is_empty()).then_some(cols),
+    }
+}
+
+fn iteration_to_wire(it: &model::Iteration) -> v1::Iteration {
+    v1::Iteration {
+        iteration_id: it.iteration_id,
+        start_ns: it.start_ns,
+        end_ns: it.end_ns,
+        batch: it
+            .batch
+            .iter()
+            .map(|e| v1::BatchEntry {
+                request_id: e.request_id.clone(),
+                phase: match e.phase {
+                    Phase::Prefill => v1::Phase::Prefill,
+                    Phase::Decode => v1::Phase::Decode,
+                } as i32,
+                tokens: e.tokens,
+                prefill_offset: e.prefill_offset,
+            })
+            .collect(),
+        running: it.running,
+        waiting: it.waiting,
+        kv_cache_usage: it.kv_cache_usage,
+    }
+}

@@ -1,0 +1,9 @@
+//! The tokenscope server: ingest (gRPC + HTTP), Postgres storage, the query API and the UI host.
+
+pub mod api;
+pub mod cli;
+pub mod error;
+pub mod ingest;
+pub mod proto;
+pub mod server;
+pub mod store;

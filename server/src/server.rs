@@ -1,0 +1,119 @@
+//! Starts the whole server: database, HTTP (UI + JSON API + JSON ingest) and gRPC ingest.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::{Router, extract::DefaultBodyLimit};
+use leptos::prelude::LeptosOptions;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use tokio::net::TcpListener;
+use tonic::codec::CompressionEncoding;
+use tower_http::{compression::CompressionLayer, decompression::RequestDecompressionLayer, trace::TraceLayer};
+
+use crate::error::{Error, Result};
+use crate::ingest::grpc::IngestService;
+use crate::proto::v1::trace_ingest_server::TraceIngestServer;
+use crate::store::Store;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub database_url: String,
+    /// Directory with the built browser app (`pkg/` with wasm, js, css).
+    pub site_root: String,
+    /// Largest accepted ingest message, gRPC or HTTP.
+    pub max_message_bytes: usize,
+    /// Drop partitions older than this many days; 0 keeps everything.
+    pub retention_days: u32,
+}
+
+/// A started server. Its tasks run until the process (or the test's runtime) ends.
+pub struct Running {
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub store: Store,
+    http: tokio::task::JoinHandle<std::io::Result<()>>,
+    grpc: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Running {
+    /// Waits until either listener stops, and reports why.
+    pub async fn wait(self) -> Result<()> {
+        let failed = |what: &str, e: String| Error::Internal(format!("{what} server stopped: {e}"));
+        tokio::select! {
+            r = self.http => r.map_err(|e| failed("HTTP", e.to_string()))?.map_err(|e| failed("HTTP", e.to_string())),
+            r = self.grpc => r.map_err(|e| failed("gRPC", e.to_string()))?.map_err(|e| failed("gRPC", e.to_string())),
+        }
+    }
+}
+
+pub async fn start(config: Config) -> Result<Running> {
+    let store = Store::connect(&config.database_url).await?;
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::Unavailable(format!("cannot listen on {addr}: {e}")))
+    };
+    let http_listener = bind(config.http_addr).await?;
+    let grpc_listener = bind(config.grpc_addr).await?;
+    let http_addr = http_listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
+    let grpc_addr = grpc_listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
+
+    let app = http_app(&config, store.clone(), http_addr);
+    let http = tokio::spawn(async move { axum::serve(http_listener, app).await });
+
+    let ingest = TraceIngestServer::new(IngestService { store: store.clone() })
+        .max_decoding_message_size(config.max_message_bytes)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Gzip);
+    let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
+    let grpc = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ingest)
+            .serve_with_incoming(incoming),
+    );
+
+    if config.retention_days > 0 {
+        tokio::spawn(retention_loop(store.clone(), config.retention_days));
+    }
+    tracing::info!(%http_addr, %grpc_addr, "tokenscope is serving");
+    Ok(Running { http_addr, grpc_addr, store, http, grpc })
+}
+
+fn http_app(config: &Config, store: Store, addr: SocketAddr) -> Router {
+    let leptos = LeptosOptions::builder()
+        .output_name("tokenscope")
+        .site_root(config.site_root.as_str())
+        .site_pkg_dir("pkg")
+        .site_addr(addr)
+        .build();
+    let routes = generate_route_list(app::App);
+    let ui = Router::new()
+        .leptos_routes(&leptos, routes, {
+            let leptos = leptos.clone();
+            move || app::shell(leptos.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler(app::shell))
+        .with_state(leptos);
+    crate::api::router(store)
+        .layer(DefaultBodyLimit::max(config.max_message_bytes))
+        .layer(RequestDecompressionLayer::new())
+        .merge(ui)
+        .layer(CompressionLayer::new())
+        .layer(TraceLayer::new_for_http())
+}
+
+async fn retention_loop(store: Store, days: u32) {
+    let mut every = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        every.tick().await;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i64;
+        let cutoff = now - i64::from(days) * crate::store::DAY_NS;
+        match store.drop_partitions_before(cutoff).await {
+            Ok(dropped) if !dropped.is_empty() => tracing::info!(?dropped, "retention dropped partitions"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "retention failed; will retry"),
+        }
+    }
+}

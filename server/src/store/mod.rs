@@ -1,0 +1,73 @@
+//! Postgres storage: the only module that speaks SQL.
+
+mod batch_block;
+mod bytes;
+mod partitions;
+mod read;
+pub mod token_block;
+mod vocab;
+mod write;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::{PgPool, postgres::PgPoolOptions};
+
+use app::model::Nanos;
+
+use crate::error::Result;
+
+pub use partitions::DAY_NS;
+pub use read::RequestFilter;
+
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+    caches: Arc<Caches>,
+}
+
+#[derive(Default)]
+struct Caches {
+    partitions: partitions::Partitions,
+    vocab: vocab::VocabCache,
+    models: std::sync::Mutex<std::collections::HashMap<String, i32>>,
+}
+
+impl Store {
+    /// Connects and brings the schema up to date (migrations are embedded in the binary).
+    pub async fn connect(database_url: &str) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(database_url)
+            .await?;
+        sqlx::migrate!("../migrations")
+            .run(&pool)
+            .await
+            .map_err(|e| crate::error::Error::Internal(format!("database migration failed: {e}")))?;
+        Ok(Self { pool, caches: Arc::default() })
+    }
+
+    /// Whether the database answers (for `/readyz`).
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query_scalar!("SELECT 1 AS \"one!\"").fetch_one(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Drops the daily partitions that end before `cutoff_ns`; returns their names.
+    pub async fn drop_partitions_before(&self, cutoff_ns: Nanos) -> Result<Vec<String>> {
+        self.caches.partitions.drop_before(&self.pool, cutoff_ns).await
+    }
+
+    /// Stored size of all token blocks and their token count (for the storage benchmark).
+    pub async fn token_storage(&self) -> Result<(i64, i64)> {
+        let row = sqlx::query!(
+            r#"SELECT COALESCE(SUM(octet_length(tokens)), 0)::bigint AS "bytes!",
+                      COALESCE(SUM(output_tokens), 0)::bigint AS "tokens!"
+               FROM requests WHERE tokens IS NOT NULL"#
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((row.bytes, row.tokens))
+    }
+}

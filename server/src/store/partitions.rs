@@ -1,0 +1,134 @@
+//! Daily time partitions of `requests` and `iterations`: created on demand, dropped for retention.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use sqlx::PgPool;
+
+use app::model::Nanos;
+
+use crate::error::Result;
+
+pub const DAY_NS: Nanos = 86_400 * 1_000_000_000;
+pub const TABLES: [&str; 2] = ["requests", "iterations"];
+
+/// Day number since the Unix epoch of an instant.
+pub fn day_of(t: Nanos) -> i64 {
+    t.div_euclid(DAY_NS)
+}
+
+/// `requests_p20261130` for the day containing 2026-11-30.
+pub fn partition_name(table: &str, day: i64) -> String {
+    let (y, m, d) = civil_from_days(day);
+    format!("{table}_p{y:04}{m:02}{d:02}")
+}
+
+/// Proleptic Gregorian date of a day number (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Remembers which partitions exist so the hot path asks the database only for new days.
+#[derive(Default)]
+pub struct Partitions {
+    known: Mutex<HashSet<(&'static str, i64)>>,
+}
+
+impl Partitions {
+    pub async fn ensure(&self, pool: &PgPool, table: &'static str, days: impl IntoIterator<Item = i64>) -> Result<()> {
+        let missing: Vec<i64> = {
+            let known = self.known.lock().expect("partition cache poisoned");
+            let mut days: Vec<i64> = days.into_iter().filter(|d| !known.contains(&(table, *d))).collect();
+            days.sort_unstable();
+            days.dedup();
+            days
+        };
+        for day in missing {
+            let name = partition_name(table, day);
+            let sql = format!(
+                "CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} FOR VALUES FROM ({}) TO ({})",
+                day * DAY_NS,
+                (day + 1) * DAY_NS
+            );
+            // The name and bounds are made from integers here, never from input text.
+            // Two writers may race to create the same day; the loser's error is harmless if the
+            // partition now exists.
+            if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await {
+                let exists = sqlx::query_scalar::<_, bool>("SELECT to_regclass($1) IS NOT NULL")
+                    .bind(&name)
+                    .fetch_one(pool)
+                    .await?;
+                if !exists {
+                    return Err(e.into());
+                }
+            }
+            self.known.lock().expect("partition cache poisoned").insert((table, day));
+        }
+        Ok(())
+    }
+
+    /// Drops every partition whose day ends at or before `cutoff_ns`; returns the dropped names.
+    pub async fn drop_before(&self, pool: &PgPool, cutoff_ns: Nanos) -> Result<Vec<String>> {
+        let mut dropped = Vec::new();
+        for table in TABLES {
+            let parts: Vec<String> = sqlx::query_scalar(
+                "SELECT c.relname::text FROM pg_inherits i \
+                 JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent \
+                 WHERE p.relname = $1 ORDER BY 1",
+            )
+            .bind(table)
+            .fetch_all(pool)
+            .await?;
+            for name in parts {
+                let Some(day) = parse_day(table, &name) else { continue };
+                if (day + 1) * DAY_NS <= cutoff_ns {
+                    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {name}"))).execute(pool).await?;
+                    self.known.lock().expect("partition cache poisoned").remove(&(table, day));
+                    dropped.push(name);
+                }
+            }
+        }
+        Ok(dropped)
+    }
+}
+
+fn parse_day(table: &str, name: &str) -> Option<i64> {
+    let digits = name.strip_prefix(table)?.strip_prefix("_p")?;
+    if digits.len() != 8 {
+        return None;
+    }
+    let (y, m, d): (i64, u32, u32) = (digits[..4].parse().ok()?, digits[4..6].parse().ok()?, digits[6..].parse().ok()?);
+    // Inverse of civil_from_days (days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_days_round_trip() {
+        // 2026-11-30T07:29:28Z
+        let t = 1_796_023_768_000_000_000;
+        let day = day_of(t);
+        assert_eq!(partition_name("requests", day), "requests_p20261130");
+        for d in [0, day, -1, 10_957, 47_482] {
+            assert_eq!(parse_day("requests", &partition_name("requests", d)), Some(d));
+        }
+        assert_eq!(partition_name("iterations", 0), "iterations_p19700101");
+    }
+}

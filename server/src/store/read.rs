@@ -1,0 +1,218 @@
+//! The read path: request lists, one request with its tokens, instances.
+
+use app::analysis::{stages::stages, token_view::{StepLoad, token_views}};
+use app::api::{InstanceInfo, RequestDetail, RequestSummary};
+use app::model::{EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
+
+use super::{Store, token_block, write::Detail};
+use crate::error::{Error, Result};
+
+/// Filters of `GET /api/v1/requests`; `None` means "any".
+#[derive(Debug, Default, Clone)]
+pub struct RequestFilter {
+    pub instance: Option<String>,
+    pub engine: Option<String>,
+    pub model: Option<String>,
+    pub from_ns: Option<Nanos>,
+    pub to_ns: Option<Nanos>,
+    /// "start" (arrival, oldest first), "recent" (newest first), "ttft_desc", "tpot_desc".
+    pub order: String,
+    pub limit: i64,
+}
+
+fn engine(s: &str) -> EngineKind {
+    EngineKind::parse(s).unwrap_or_default()
+}
+
+fn count(v: i32) -> u32 {
+    u32::try_from(v).unwrap_or(0)
+}
+
+impl Store {
+    pub async fn list_requests(&self, f: &RequestFilter) -> Result<Vec<RequestSummary>> {
+        let rows = sqlx::query!(
+            r#"SELECT r.request_id, i.engine, i.instance_key, m.name AS model, r.arrival_ns, r.ttft_ns, r.tpot_ns,
+                      r.e2e_ns, r.queue_ns, r.prompt_tokens, r.output_tokens, r.finish_reason
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               WHERE ($1::text IS NULL OR i.instance_key = $1)
+                 AND ($2::text IS NULL OR i.engine = $2)
+                 AND ($3::text IS NULL OR m.name = $3)
+                 AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+               ORDER BY CASE WHEN $6::text = 'ttft_desc' THEN r.ttft_ns END DESC NULLS LAST,
+                        CASE WHEN $6::text = 'tpot_desc' THEN r.tpot_ns END DESC NULLS LAST,
+                        CASE WHEN $6::text = 'recent' THEN r.arrival_ns END DESC,
+                        r.arrival_ns, r.request_id
+               LIMIT $7"#,
+            f.instance,
+            f.engine,
+            f.model,
+            f.from_ns.unwrap_or(Nanos::MIN),
+            f.to_ns.unwrap_or(Nanos::MAX),
+            f.order,
+            f.limit,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| RequestSummary {
+                request_id: r.request_id,
+                engine: engine(&r.engine),
+                instance: r.instance_key,
+                model: r.model,
+                arrival_ns: r.arrival_ns,
+                ttft_ms: r.ttft_ns.map(ms),
+                tpot_ms: r.tpot_ns.map(ms),
+                e2e_ms: ms(r.e2e_ns),
+                queue_ms: r.queue_ns.map(ms),
+                prompt_tokens: count(r.prompt_tokens),
+                output_tokens: count(r.output_tokens),
+                finish_reason: FinishReason::parse(&r.finish_reason).unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    pub async fn get_request(&self, request_id: &str, instance: Option<&str>) -> Result<RequestDetail> {
+        let mut rows = sqlx::query!(
+            r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
+                      r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
+                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               WHERE r.request_id = $1 AND ($2::text IS NULL OR i.instance_key = $2)
+               ORDER BY r.arrival_ns DESC
+               LIMIT 10"#,
+            request_id,
+            instance,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let row = match rows.len() {
+            0 => {
+                let where_ = instance.map(|i| format!(" on instance {i:?}")).unwrap_or_default();
+                return Err(Error::NotFound(format!("no request {request_id:?}{where_}")));
+            }
+            1 => rows.remove(0),
+            _ => {
+                let on: Vec<&str> = rows.iter().map(|r| r.instance_key.as_str()).collect();
+                return Err(Error::Ambiguous(format!(
+                    "request id {request_id:?} exists on several instances ({}); add ?instance= to choose",
+                    on.join(", ")
+                )));
+            }
+        };
+        let detail: Detail = serde_json::from_value(row.detail)
+            .map_err(|e| Error::Internal(format!("stored request detail is unreadable: {e}")))?;
+        let tokens = match &row.tokens {
+            None => Vec::new(),
+            Some(block) => {
+                let (mut tokens, refs) = token_block::decode(block, row.arrival_ns)?;
+                let mut ids: Vec<u32> = refs.iter().map(|r| r.token_id).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let vocab = self.caches.vocab.lookup(&self.pool, row.model_id, &ids).await?;
+                token_block::fill_vocab(&mut tokens, &refs, &vocab);
+                tokens
+            }
+        };
+        let trace = RequestTrace {
+            request_id: row.request_id,
+            trace_id: row.trace_id.as_deref().map(app::model::hex),
+            parent_span_id: row.parent_span_id.as_deref().map(app::model::hex),
+            arrival_ns: row.arrival_ns,
+            queued_ns: detail.queued_ns,
+            first_scheduled_ns: detail.first_scheduled_ns,
+            first_token_ns: detail.first_token_ns,
+            finished_ns: row.finished_ns,
+            finish_reason: FinishReason::parse(&row.finish_reason).unwrap_or_default(),
+            prompt_tokens: count(row.prompt_tokens),
+            output_tokens: count(row.output_tokens),
+            cached_tokens: count(row.cached_tokens),
+            prefill_chunks: detail.prefill_chunks,
+            preemptions: detail.preemptions,
+            kv_transfer: detail.kv_transfer,
+            sampling: detail.sampling,
+            tokens,
+        };
+        let loads = self.step_loads(row.instance_id, &trace).await?;
+        let m = app::analysis::metrics::request_metrics(&trace);
+        Ok(RequestDetail {
+            summary: RequestSummary {
+                request_id: trace.request_id.clone(),
+                engine: engine(&row.engine),
+                instance: row.instance_key,
+                model: row.model,
+                arrival_ns: trace.arrival_ns,
+                ttft_ms: m.ttft_ns.map(ms),
+                tpot_ms: m.tpot_ns.map(ms),
+                e2e_ms: ms(m.e2e_ns),
+                queue_ms: m.queue_ns.map(ms),
+                prompt_tokens: trace.prompt_tokens,
+                output_tokens: trace.output_tokens,
+                finish_reason: trace.finish_reason,
+            },
+            role: Role::parse(&row.role).unwrap_or_default(),
+            trace_id: trace.trace_id.clone(),
+            parent_span_id: trace.parent_span_id.clone(),
+            finished_ns: trace.finished_ns,
+            cached_tokens: trace.cached_tokens,
+            sampling: trace.sampling.clone(),
+            preemptions: trace.preemptions.len() as u32,
+            stages: stages(&trace),
+            tokens: token_views(&trace, &loads),
+        })
+    }
+
+    /// Batch size and queue length of the iterations that produced the request's tokens.
+    async fn step_loads(&self, instance_id: i32, r: &RequestTrace) -> Result<Vec<StepLoad>> {
+        let mut ids: Vec<i64> = r.tokens.iter().filter_map(|t| t.iteration).map(|i| i as i64).collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        // The time bounds let Postgres skip partitions; a second of slack covers clock skew.
+        let rows = sqlx::query!(
+            "SELECT iteration_id, batch_size, waiting FROM iterations
+             WHERE instance_id = $1 AND iteration_id = ANY($2) AND start_ns >= $3 AND start_ns <= $4
+             ORDER BY iteration_id",
+            instance_id,
+            &ids,
+            r.arrival_ns - 1_000_000_000,
+            r.finished_ns,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| StepLoad {
+                iteration_id: row.iteration_id as u64,
+                batch_size: count(row.batch_size),
+                waiting: count(row.waiting),
+            })
+            .collect())
+    }
+
+    pub async fn list_instances(&self) -> Result<Vec<InstanceInfo>> {
+        let rows = sqlx::query!(
+            "SELECT i.instance_key, i.engine, i.engine_version, m.name AS model, i.role, i.host,
+                    i.first_seen_ns, i.last_seen_ns
+             FROM instances i JOIN models m ON m.id = i.model_id
+             ORDER BY i.instance_key"
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| InstanceInfo {
+                instance: r.instance_key,
+                engine: engine(&r.engine),
+                engine_version: r.engine_version,
+                model: r.model,
+                role: Role::parse(&r.role).unwrap_or_default(),
+                host: r.host,
+                first_seen_ns: r.first_seen_ns,
+                last_seen_ns: r.last_seen_ns,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,340 @@
+//! The compact per-request token block: columnar, delta- and varint-encoded, then zstd.
+//!
+//! Layout (version 1), each column a length-prefixed section so zstd sees like values together:
+//! `n`, then columns: chosen position (k+1 when the chosen token is candidate k, else 0), explicit
+//! token ids (only where chosen position is 0), emitted-time deltas (from arrival, zigzag), iteration
+//! deltas, logprob source + quantized logprobs, ranks, special codes, text states + inline texts,
+//! candidate counts, candidate ids, candidate logprob deltas, candidate text states + inline texts.
+//!
+//! Logprobs are stored to 1/2048 nat (error ≤ 0.00025 nat, i.e. ≤ 0.025 % of a probability): the
+//! mantissa noise of an f32 is what makes token data incompressible, and no reader needs it.
+//! Token texts equal to the model's vocabulary entry are stored as a reference (the vocab table);
+//! only texts that differ are stored inline.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use app::model::{Candidate, Nanos, SpecialToken, Token};
+
+use super::bytes::{Reader, Writer};
+use crate::error::{Error, Result};
+
+const VERSION: u8 = 1;
+const ZSTD_LEVEL: i32 = 3;
+const LOGPROB_SCALE: f32 = 2048.0;
+/// Quantized value standing for -infinity (and anything below -4.5e15 nats).
+const NEG_INF_Q: i64 = i64::MAX;
+
+const TEXT_NONE: u8 = 0;
+const TEXT_VOCAB: u8 = 1;
+const TEXT_INLINE: u8 = 2;
+
+const LOGPROB_NONE: u8 = 0;
+const LOGPROB_OF_CANDIDATE: u8 = 1;
+const LOGPROB_INLINE: u8 = 2;
+
+pub fn quantize(logprob: f32) -> i64 {
+    // `as` saturates: -inf → i64::MAX (= NEG_INF_Q), NaN → 0 (NaN never passes validation).
+    (-logprob * LOGPROB_SCALE).round() as i64
+}
+
+pub fn dequantize(q: i64) -> f32 {
+    if q == NEG_INF_Q {
+        f32::NEG_INFINITY
+    } else {
+        -(q as f32) / LOGPROB_SCALE
+    }
+}
+
+/// A token text the block refers to in the vocabulary instead of storing: fill it in after decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VocabRef {
+    pub token: usize,
+    /// `None`: the chosen token's text; `Some(k)`: candidate k's text.
+    pub candidate: Option<usize>,
+    pub token_id: u32,
+}
+
+#[derive(Default)]
+struct Columns {
+    chosen_pos: Writer,
+    token_id: Writer,
+    emitted: Writer,
+    iteration: Writer,
+    logprob_src: Writer,
+    logprob: Writer,
+    rank: Writer,
+    special: Writer,
+    text_state: Writer,
+    text: Writer,
+    cand_count: Writer,
+    cand_id: Writer,
+    cand_logprob: Writer,
+    cand_text_state: Writer,
+    cand_text: Writer,
+}
+
+fn put_text(state: &mut Writer, inline: &mut Writer, text: Option<&str>, vocab: Option<&str>) {
+    match text {
+        None => state.u8(TEXT_NONE),
+        Some(t) if Some(t) == vocab => state.u8(TEXT_VOCAB),
+        Some(t) => {
+            state.u8(TEXT_INLINE);
+            inline.str(t);
+        }
+    }
+}
+
+/// Encodes `tokens`; `base_ns` is the request's arrival (emitted times are stored as deltas);
+/// `vocab` gives the model's stored text of a token id, if known.
+pub fn encode<'v>(tokens: &[Token], base_ns: Nanos, vocab: impl Fn(u32) -> Option<&'v str>) -> Vec<u8> {
+    let mut c = Columns::default();
+    let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
+    for t in tokens {
+        let pos = t.candidates.iter().position(|cand| cand.token_id == t.token_id);
+        match pos {
+            Some(k) => c.chosen_pos.varint(k as u64 + 1),
+            None => {
+                c.chosen_pos.varint(0);
+                c.token_id.varint(t.token_id.into());
+            }
+        }
+        // Presence is folded into the value: 0 = absent, 1 + zigzag delta otherwise.
+        match t.emitted_ns {
+            None => c.emitted.varint(0),
+            Some(at) => {
+                c.emitted.varint(1);
+                c.emitted.signed(at.wrapping_sub(last_emitted));
+                last_emitted = at;
+            }
+        }
+        match t.iteration {
+            None => c.iteration.varint(0),
+            Some(id) => {
+                c.iteration.varint(1);
+                c.iteration.signed((id as i64).wrapping_sub(last_iteration));
+                last_iteration = id as i64;
+            }
+        }
+        match (t.logprob, pos) {
+            (None, _) => c.logprob_src.u8(LOGPROB_NONE),
+            (Some(lp), Some(k)) if quantize(lp) == quantize(t.candidates[k].logprob) => {
+                c.logprob_src.u8(LOGPROB_OF_CANDIDATE)
+            }
+            (Some(lp), _) => {
+                c.logprob_src.u8(LOGPROB_INLINE);
+                c.logprob.signed(quantize(lp));
+            }
+        }
+        c.rank.varint(t.rank.map_or(0, |r| u64::from(r) + 1));
+        c.special.u8(t.special.code());
+        put_text(&mut c.text_state, &mut c.text, t.text.as_deref(), vocab(t.token_id));
+        c.cand_count.varint(t.candidates.len() as u64);
+        let mut last_q = 0i64;
+        for cand in &t.candidates {
+            c.cand_id.varint(cand.token_id.into());
+            let q = quantize(cand.logprob);
+            c.cand_logprob.signed(q.wrapping_sub(last_q));
+            last_q = q;
+            put_text(&mut c.cand_text_state, &mut c.cand_text, cand.text.as_deref(), vocab(cand.token_id));
+        }
+    }
+    let mut out = Writer::default();
+    out.u8(VERSION);
+    out.varint(tokens.len() as u64);
+    for column in [
+        c.chosen_pos, c.token_id, c.emitted, c.iteration, c.logprob_src, c.logprob, c.rank,
+        c.special, c.text_state, c.text, c.cand_count, c.cand_id, c.cand_logprob,
+        c.cand_text_state, c.cand_text,
+    ] {
+        out.section(column);
+    }
+    zstd::bulk::compress(&out.buf, ZSTD_LEVEL).expect("zstd compression of an in-memory buffer cannot fail")
+}
+
+fn get_text(state: &mut Reader, inline: &mut Reader) -> Result<(Option<String>, bool)> {
+    match state.u8()? {
+        TEXT_NONE => Ok((None, false)),
+        TEXT_VOCAB => Ok((None, true)),
+        TEXT_INLINE => Ok((Some(inline.str()?), false)),
+        _ => Err(corrupt()),
+    }
+}
+
+fn corrupt() -> Error {
+    Error::Internal("stored token block is corrupt".into())
+}
+
+/// Decodes a block. Texts stored as vocabulary references come back as `None` and are listed in
+/// the returned refs; [`fill_vocab`] puts them in.
+pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>)> {
+    let raw = zstd::stream::decode_all(block).map_err(|_| corrupt())?;
+    let mut r = Reader::new(&raw, "token block");
+    if r.u8()? != VERSION {
+        return Err(Error::Internal("token block has an unknown version".into()));
+    }
+    let n = r.varint()? as usize;
+    let mut chosen_pos = r.section()?;
+    let mut token_id = r.section()?;
+    let mut emitted = r.section()?;
+    let mut iteration = r.section()?;
+    let mut logprob_src = r.section()?;
+    let mut logprob = r.section()?;
+    let mut rank = r.section()?;
+    let mut special = r.section()?;
+    let mut text_state = r.section()?;
+    let mut text = r.section()?;
+    let mut cand_count = r.section()?;
+    let mut cand_id = r.section()?;
+    let mut cand_logprob = r.section()?;
+    let mut cand_text_state = r.section()?;
+    let mut cand_text = r.section()?;
+
+    let mut tokens = Vec::with_capacity(n.min(1 << 20));
+    let mut refs = Vec::new();
+    let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
+    for i in 0..n {
+        let pos = chosen_pos.varint()? as usize;
+        let explicit_id = if pos == 0 { Some(token_id.u32()?) } else { None };
+        let emitted_ns = match emitted.varint()? {
+            0 => None,
+            _ => {
+                last_emitted = last_emitted.wrapping_add(emitted.signed()?);
+                Some(last_emitted)
+            }
+        };
+        let iteration_id = match iteration.varint()? {
+            0 => None,
+            _ => {
+                last_iteration = last_iteration.wrapping_add(iteration.signed()?);
+                Some(last_iteration as u64)
+            }
+        };
+        let lp_src = logprob_src.u8()?;
+        let lp_inline = match lp_src {
+            LOGPROB_INLINE => Some(dequantize(logprob.signed()?)),
+            LOGPROB_NONE | LOGPROB_OF_CANDIDATE => None,
+            _ => return Err(corrupt()),
+        };
+        let rank = match rank.u32()? {
+            0 => None,
+            r => Some(r - 1),
+        };
+        let special = SpecialToken::from_code(special.u8()?).ok_or_else(corrupt)?;
+        let (text, text_is_ref) = get_text(&mut text_state, &mut text)?;
+
+        let k = cand_count.varint()? as usize;
+        let mut candidates = Vec::with_capacity(k.min(1024));
+        let mut last_q = 0i64;
+        for j in 0..k {
+            let id = cand_id.u32()?;
+            last_q = last_q.wrapping_add(cand_logprob.signed()?);
+            let (text, is_ref) = get_text(&mut cand_text_state, &mut cand_text)?;
+            if is_ref {
+                refs.push(VocabRef { token: i, candidate: Some(j), token_id: id });
+            }
+            candidates.push(Candidate { token_id: id, text, logprob: dequantize(last_q) });
+        }
+        let chosen = match (explicit_id, pos) {
+            (Some(id), _) => id,
+            (None, p) => candidates.get(p - 1).ok_or_else(corrupt)?.token_id,
+        };
+        let logprob = match lp_src {
+            LOGPROB_OF_CANDIDATE => Some(candidates.get(pos.wrapping_sub(1)).ok_or_else(corrupt)?.logprob),
+            _ => lp_inline,
+        };
+        if text_is_ref {
+            refs.push(VocabRef { token: i, candidate: None, token_id: chosen });
+        }
+        tokens.push(Token {
+            token_id: chosen,
+            emitted_ns,
+            iteration: iteration_id,
+            logprob,
+            rank,
+            text,
+            special,
+            candidates,
+        });
+    }
+    Ok((tokens, refs))
+}
+
+/// Puts vocabulary texts into decoded tokens. A missing entry leaves the text `None`.
+pub fn fill_vocab(tokens: &mut [Token], refs: &[VocabRef], vocab: &HashMap<u32, Arc<str>>) {
+    for r in refs {
+        let text = vocab.get(&r.token_id).map(|t| t.to_string());
+        match r.candidate {
+            None => tokens[r.token].text = text,
+            Some(k) => tokens[r.token].candidates[k].text = text,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Token> {
+        let base = 1_700_000_000_000_000_000;
+        vec![
+            Token {
+                token_id: 9906,
+                emitted_ns: Some(base + 35_123_456),
+                iteration: Some(100),
+                logprob: Some(-0.125),
+                rank: Some(1),
+                text: Some("Hello".into()),
+                special: SpecialToken::None,
+                candidates: vec![
+                    Candidate { token_id: 9906, text: Some("Hello".into()), logprob: -0.125 },
+                    Candidate { token_id: 13347, text: Some("Hi".into()), logprob: -2.5 },
+                ],
+            },
+            Token {
+                token_id: 128009,
+                emitted_ns: Some(base + 60_000_001),
+                iteration: Some(101),
+                logprob: Some(-2.25),
+                rank: Some(3),
+                text: Some("<|eot_id|>".into()),
+                special: SpecialToken::Eos,
+                candidates: vec![
+                    Candidate { token_id: 0, text: None, logprob: -0.5 },
+                    Candidate { token_id: 1, text: Some(" odd".into()), logprob: -1.0 },
+                ],
+            },
+            Token { token_id: 5, ..Token::default() },
+        ]
+    }
+
+    #[test]
+    fn round_trips_exactly_for_representable_logprobs() {
+        let tokens = sample();
+        let vocab: HashMap<u32, Arc<str>> = [(9906, "Hello".into()), (1, " different".into())].into();
+        let block = encode(&tokens, 1_700_000_000_000_000_000, |id| vocab.get(&id).map(|s| &**s));
+        let (mut back, refs) = decode(&block, 1_700_000_000_000_000_000).unwrap();
+        assert_eq!(refs.len(), 2, "chosen and candidate 'Hello' are stored as vocab references");
+        fill_vocab(&mut back, &refs, &vocab);
+        assert_eq!(back, tokens);
+    }
+
+    #[test]
+    fn quantization_error_is_bounded() {
+        for lp in [-0.0001f32, -0.69314, -3.3333, -17.77, -9999.0] {
+            assert!((dequantize(quantize(lp)) - lp).abs() <= 0.5 / LOGPROB_SCALE + lp.abs() * 1e-6);
+        }
+        assert_eq!(dequantize(quantize(f32::NEG_INFINITY)), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn corrupt_blocks_are_errors_not_panics() {
+        let block = encode(&sample(), 0, |_| None);
+        let raw = zstd::stream::decode_all(&block[..]).unwrap();
+        for cut in 0..raw.len() {
+            let truncated = zstd::bulk::compress(&raw[..cut], 1).unwrap();
+            assert!(decode(&truncated, 0).is_err(), "cut at {cut}");
+        }
+        assert!(decode(b"not zstd", 0).is_err());
+    }
+}

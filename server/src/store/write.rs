@@ -1,0 +1,316 @@
+//! The write path: one transaction per batch, committed before the batch is acknowledged.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use app::analysis::metrics::request_metrics;
+use app::model::{unhex, KvTransfer, Nanos, Phase, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams};
+
+use super::{Store, batch_block, partitions::day_of, token_block};
+use crate::error::Result;
+use crate::ingest::{ResourceBatch, Stored};
+
+/// Key space of our advisory locks (so they cannot collide with another application's).
+const LOCK_SPACE: i32 = 0x7453;
+
+/// The small, rarely filtered parts of a request, kept as JSON in `requests.detail`.
+#[derive(Serialize, Deserialize)]
+pub(super) struct Detail {
+    pub queued_ns: Option<Nanos>,
+    pub first_scheduled_ns: Option<Nanos>,
+    pub first_token_ns: Option<Nanos>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefill_chunks: Vec<PrefillChunk>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preemptions: Vec<Preemption>,
+    pub kv_transfer: Option<KvTransfer>,
+    pub sampling: SamplingParams,
+}
+
+impl Store {
+    pub(crate) async fn write(&self, batches: &[ResourceBatch]) -> Result<Stored> {
+        let mut stored = Stored::default();
+        for batch in batches {
+            if batch.requests.is_empty() && batch.iterations.is_empty() {
+                continue;
+            }
+            let s = self.write_resource(batch).await?;
+            stored.accepted_requests += s.accepted_requests;
+            stored.duplicate_requests += s.duplicate_requests;
+            stored.accepted_iterations += s.accepted_iterations;
+        }
+        Ok(stored)
+    }
+
+    async fn model_id(&self, name: &str) -> Result<i32> {
+        if let Some(&id) = self.caches.models.lock().expect("model cache poisoned").get(name) {
+            return Ok(id);
+        }
+        // DO UPDATE (a no-op) rather than DO NOTHING so that RETURNING yields the existing id too.
+        let id = sqlx::query_scalar!(
+            "INSERT INTO models (name) VALUES ($1) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id",
+            name
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        self.caches.models.lock().expect("model cache poisoned").insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    async fn write_resource(&self, batch: &ResourceBatch) -> Result<Stored> {
+        let resource = &batch.resource;
+        let model_id = self.model_id(&resource.model).await?;
+        let requests: Vec<&RequestTrace> = batch.requests.iter().map(|i| &i.value).collect();
+
+        // Everything that needs no transaction happens first: vocabulary (idempotent), partitions
+        // (idempotent DDL), and the CPU work of encoding.
+        // Collected (not a lazy iterator) so the future stays Send across the awaits below.
+        let mut texts: Vec<(u32, &str)> = Vec::new();
+        for t in requests.iter().flat_map(|r| &r.tokens) {
+            texts.extend(t.text.as_deref().map(|x| (t.token_id, x)));
+            texts.extend(t.candidates.iter().filter_map(|c| c.text.as_deref().map(|x| (c.token_id, x))));
+        }
+        let vocab = self.caches.vocab.resolve(&self.pool, model_id, texts.into_iter()).await?;
+        let parts = &self.caches.partitions;
+        parts.ensure(&self.pool, "requests", requests.iter().map(|r| day_of(r.arrival_ns))).await?;
+        parts
+            .ensure(&self.pool, "iterations", batch.iterations.iter().map(|i| day_of(i.value.start_ns)))
+            .await?;
+
+        let mut rows = RequestRows::default();
+        for r in &requests {
+            rows.push(r, |id| vocab.get(&id).map(|s| &**s));
+        }
+        let its = IterationRows::from(batch);
+        let (first_seen, last_seen) = seen_range(batch);
+
+        let mut tx = self.pool.begin().await?;
+        let instance_id = upsert_instance(&mut tx, resource, model_id, first_seen, last_seen).await?;
+        // Serialises writers of one instance, so the duplicate check below cannot race.
+        sqlx::query!("SELECT pg_advisory_xact_lock($1, $2)", LOCK_SPACE, instance_id)
+            .execute(&mut *tx)
+            .await?;
+        let existing: HashSet<String> = sqlx::query_scalar!(
+            "SELECT request_id FROM requests WHERE instance_id = $1 AND request_id = ANY($2)",
+            instance_id,
+            &rows.request_id
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+        let offered = rows.request_id.len() as u64;
+        rows.retain_new(&existing);
+        let inserted = sqlx::query!(
+            r#"INSERT INTO requests (instance_id, model_id, request_id, arrival_ns, finished_ns, ttft_ns, tpot_ns,
+                   e2e_ns, queue_ns, prompt_tokens, output_tokens, cached_tokens, finish_reason, trace_id,
+                   parent_span_id, detail, tokens)
+               SELECT $1::int, $2::int, * FROM UNNEST($3::text[], $4::bigint[], $5::bigint[], $6::bigint[],
+                   $7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::int[], $12::int[], $13::text[],
+                   $14::bytea[], $15::bytea[], $16::jsonb[], $17::bytea[])
+               ON CONFLICT DO NOTHING"#,
+            instance_id,
+            model_id,
+            &rows.request_id,
+            &rows.arrival_ns,
+            &rows.finished_ns,
+            &rows.ttft_ns as &[Option<i64>],
+            &rows.tpot_ns as &[Option<i64>],
+            &rows.e2e_ns,
+            &rows.queue_ns as &[Option<i64>],
+            &rows.prompt_tokens,
+            &rows.output_tokens,
+            &rows.cached_tokens,
+            &rows.finish_reason,
+            &rows.trace_id as &[Option<Vec<u8>>],
+            &rows.parent_span_id as &[Option<Vec<u8>>],
+            &rows.detail,
+            &rows.tokens as &[Option<Vec<u8>>],
+        )
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let iterations = sqlx::query!(
+            r#"INSERT INTO iterations (instance_id, iteration_id, start_ns, end_ns, running, waiting, kv_cache_usage,
+                   batch_size, prefill_tokens, decode_tokens, batch)
+               SELECT $1::int, * FROM UNNEST($2::bigint[], $3::bigint[], $4::bigint[], $5::int[], $6::int[],
+                   $7::real[], $8::int[], $9::int[], $10::int[], $11::bytea[])
+               ON CONFLICT DO NOTHING"#,
+            instance_id,
+            &its.iteration_id,
+            &its.start_ns,
+            &its.end_ns,
+            &its.running,
+            &its.waiting,
+            &its.kv_cache_usage,
+            &its.batch_size,
+            &its.prefill_tokens,
+            &its.decode_tokens,
+            &its.batch,
+        )
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(Stored {
+            accepted_requests: inserted,
+            duplicate_requests: offered - inserted,
+            accepted_iterations: iterations,
+        })
+    }
+}
+
+async fn upsert_instance(
+    tx: &mut sqlx::PgConnection,
+    r: &Resource,
+    model_id: i32,
+    first_seen: Nanos,
+    last_seen: Nanos,
+) -> Result<i32> {
+    // The latest report wins for descriptive fields (an instance may be redeployed with a new
+    // engine version or model); the seen range only widens.
+    Ok(sqlx::query_scalar!(
+        "INSERT INTO instances (instance_key, engine, engine_version, model_id, role, host, first_seen_ns, last_seen_ns)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (instance_key) DO UPDATE SET
+             engine = EXCLUDED.engine, engine_version = EXCLUDED.engine_version, model_id = EXCLUDED.model_id,
+             role = EXCLUDED.role, host = EXCLUDED.host,
+             first_seen_ns = LEAST(instances.first_seen_ns, EXCLUDED.first_seen_ns),
+             last_seen_ns = GREATEST(instances.last_seen_ns, EXCLUDED.last_seen_ns)
+         RETURNING id",
+        r.instance_id,
+        r.engine.as_str(),
+        r.engine_version,
+        model_id,
+        r.role.as_str(),
+        r.host,
+        first_seen,
+        last_seen
+    )
+    .fetch_one(&mut *tx)
+    .await?)
+}
+
+fn seen_range(batch: &ResourceBatch) -> (Nanos, Nanos) {
+    let requests = batch.requests.iter().map(|r| (r.value.arrival_ns, r.value.finished_ns));
+    let iterations = batch.iterations.iter().map(|i| (i.value.start_ns, i.value.end_ns));
+    requests
+        .chain(iterations)
+        .fold((Nanos::MAX, Nanos::MIN), |(lo, hi), (a, b)| (lo.min(a), hi.max(b)))
+}
+
+/// Requests as parallel arrays, the shape `UNNEST` inserts in one statement.
+#[derive(Default)]
+struct RequestRows {
+    request_id: Vec<String>,
+    arrival_ns: Vec<i64>,
+    finished_ns: Vec<i64>,
+    ttft_ns: Vec<Option<i64>>,
+    tpot_ns: Vec<Option<i64>>,
+    e2e_ns: Vec<i64>,
+    queue_ns: Vec<Option<i64>>,
+    prompt_tokens: Vec<i32>,
+    output_tokens: Vec<i32>,
+    cached_tokens: Vec<i32>,
+    finish_reason: Vec<String>,
+    trace_id: Vec<Option<Vec<u8>>>,
+    parent_span_id: Vec<Option<Vec<u8>>>,
+    detail: Vec<serde_json::Value>,
+    tokens: Vec<Option<Vec<u8>>>,
+}
+
+impl RequestRows {
+    fn push<'v>(&mut self, r: &RequestTrace, vocab: impl Fn(u32) -> Option<&'v str>) {
+        let m = request_metrics(r);
+        let detail = Detail {
+            queued_ns: r.queued_ns,
+            first_scheduled_ns: r.first_scheduled_ns,
+            first_token_ns: r.first_token_ns,
+            prefill_chunks: r.prefill_chunks.clone(),
+            preemptions: r.preemptions.clone(),
+            kv_transfer: r.kv_transfer.clone(),
+            sampling: r.sampling.clone(),
+        };
+        self.request_id.push(r.request_id.clone());
+        self.arrival_ns.push(r.arrival_ns);
+        self.finished_ns.push(r.finished_ns);
+        self.ttft_ns.push(m.ttft_ns);
+        self.tpot_ns.push(m.tpot_ns);
+        self.e2e_ns.push(m.e2e_ns);
+        self.queue_ns.push(m.queue_ns);
+        // Counts are validated u32s far below 2^31 in practice; saturate rather than wrap.
+        let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        self.prompt_tokens.push(int(r.prompt_tokens));
+        self.output_tokens.push(int(r.output_tokens));
+        self.cached_tokens.push(int(r.cached_tokens));
+        self.finish_reason.push(r.finish_reason.as_str().to_string());
+        self.trace_id.push(r.trace_id.as_deref().and_then(unhex));
+        self.parent_span_id.push(r.parent_span_id.as_deref().and_then(unhex));
+        self.detail.push(serde_json::to_value(detail).expect("Detail serializes to JSON"));
+        self.tokens
+            .push((!r.tokens.is_empty()).then(|| token_block::encode(&r.tokens, r.arrival_ns, vocab)));
+    }
+
+    /// Keeps the rows not stored yet: not in `existing`, and not repeated earlier in this batch.
+    fn retain_new(&mut self, existing: &HashSet<String>) {
+        let mut seen = HashSet::new();
+        let keep: Vec<bool> = self
+            .request_id
+            .iter()
+            .map(|id| !existing.contains(id) && seen.insert(id.clone()))
+            .collect();
+        fn filter<T>(v: &mut Vec<T>, keep: &[bool]) {
+            let mut k = keep.iter();
+            v.retain(|_| *k.next().unwrap_or(&false));
+        }
+        filter(&mut self.request_id, &keep);
+        filter(&mut self.arrival_ns, &keep);
+        filter(&mut self.finished_ns, &keep);
+        filter(&mut self.ttft_ns, &keep);
+        filter(&mut self.tpot_ns, &keep);
+        filter(&mut self.e2e_ns, &keep);
+        filter(&mut self.queue_ns, &keep);
+        filter(&mut self.prompt_tokens, &keep);
+        filter(&mut self.output_tokens, &keep);
+        filter(&mut self.cached_tokens, &keep);
+        filter(&mut self.finish_reason, &keep);
+        filter(&mut self.trace_id, &keep);
+        filter(&mut self.parent_span_id, &keep);
+        filter(&mut self.detail, &keep);
+        filter(&mut self.tokens, &keep);
+    }
+}
+
+/// Iterations as parallel arrays for `UNNEST`.
+struct IterationRows {
+    iteration_id: Vec<i64>,
+    start_ns: Vec<i64>,
+    end_ns: Vec<i64>,
+    running: Vec<i32>,
+    waiting: Vec<i32>,
+    kv_cache_usage: Vec<f32>,
+    batch_size: Vec<i32>,
+    prefill_tokens: Vec<i32>,
+    decode_tokens: Vec<i32>,
+    batch: Vec<Vec<u8>>,
+}
+
+impl From<&ResourceBatch> for IterationRows {
+    fn from(b: &ResourceBatch) -> Self {
+        let its = || b.iterations.iter().map(|i| &i.value);
+        let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        Self {
+            iteration_id: its().map(|i| i.iteration_id as i64).collect(),
+            start_ns: its().map(|i| i.start_ns).collect(),
+            end_ns: its().map(|i| i.end_ns).collect(),
+            running: its().map(|i| int(i.running)).collect(),
+            waiting: its().map(|i| int(i.waiting)).collect(),
+            kv_cache_usage: its().map(|i| i.kv_cache_usage).collect(),
+            batch_size: its().map(|i| int(i.batch.len() as u32)).collect(),
+            prefill_tokens: its().map(|i| int(i.tokens_in(Phase::Prefill))).collect(),
+            decode_tokens: its().map(|i| int(i.tokens_in(Phase::Decode))).collect(),
+            batch: its().map(|i| batch_block::encode(&i.batch)).collect(),
+        }
+    }
+}
