@@ -3,6 +3,7 @@
 pub mod api;
 pub mod cli;
 pub mod error;
+pub mod fixtures;
 pub mod ingest;
 pub mod proto;
 pub mod server;

@@ -1,0 +1,98 @@
+//! Test harness: a fresh database per test on the test cluster, and the real server on loopback.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use app::model::{Iteration, RequestTrace, Resource};
+use sqlx::{Connection, PgConnection};
+use tokenscope::ingest::native::to_wire;
+use tokenscope::proto::v1::{self, trace_ingest_client::TraceIngestClient};
+use tokenscope::server::{self, Config, Running};
+
+pub struct TestApp {
+    pub running: Running,
+    pub http: String,
+    pub client: reqwest::Client,
+    pub database_url: String,
+}
+
+/// The admin URL of the test cluster; `scripts/test` starts one and sets it.
+fn admin_url() -> String {
+    std::env::var("TOKENSCOPE_TEST_DATABASE_URL").expect(
+        "TOKENSCOPE_TEST_DATABASE_URL is not set: run `scripts/test`, which starts a throwaway Postgres \
+         and sets it, or point it at a cluster where you may create databases",
+    )
+}
+
+/// Creates an empty database with a name unique to this test run.
+pub async fn fresh_database() -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let admin = admin_url();
+    let name = format!(
+        "ts_test_{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
+    );
+    let mut conn = PgConnection::connect(&admin).await.expect("connect to the test cluster");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    let (base, _) = admin.rsplit_once('/').expect("database URL has a path");
+    format!("{base}/{name}")
+}
+
+/// Starts the real server (HTTP + gRPC on ephemeral loopback ports) on a fresh database.
+pub async fn spawn_app() -> TestApp {
+    let database_url = fresh_database().await;
+    let running = server::start(Config {
+        http_addr: "127.0.0.1:0".parse().unwrap(),
+        grpc_addr: "127.0.0.1:0".parse().unwrap(),
+        database_url: database_url.clone(),
+        site_root: "target/site".into(),
+        max_message_bytes: 64 << 20,
+        retention_days: 0,
+    })
+    .await
+    .expect("server starts");
+    let http = format!("http://{}", running.http_addr);
+    TestApp { running, http, client: reqwest::Client::new(), database_url }
+}
+
+impl TestApp {
+    pub async fn grpc(&self) -> TraceIngestClient<tonic::transport::Channel> {
+        TraceIngestClient::connect(format!("http://{}", self.running.grpc_addr))
+            .await
+            .expect("gRPC connects")
+            .max_encoding_message_size(64 << 20)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(format!("{}{path}", self.http)).send().await.expect("GET")
+    }
+
+    pub async fn get_json(&self, path: &str) -> serde_json::Value {
+        let resp = self.get(path).await;
+        assert_eq!(resp.status(), 200, "GET {path}");
+        resp.json().await.expect("JSON body")
+    }
+
+    pub async fn post_json(&self, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.http))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("POST")
+    }
+}
+
+pub fn export(resource: &Resource, requests: &[RequestTrace], iterations: &[Iteration]) -> v1::ExportRequest {
+    v1::ExportRequest { resource_traces: vec![to_wire(resource, requests, iterations)] }
+}
+
+/// 2026-11-30T07:00:00Z in Unix nanoseconds.
+pub const T0: i64 = 1_796_022_000_000_000_000;
