@@ -9,7 +9,11 @@ use crate::server::{self, Config};
 use crate::store::Store;
 
 #[derive(Debug, Parser)]
-#[command(name = "tokenscope", version, about = "An engine microscope for LLM inference")]
+#[command(
+    name = "tokenscope",
+    version,
+    about = "An engine microscope for LLM inference"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -21,6 +25,14 @@ pub enum Command {
     Serve(ServeArgs),
     /// Create or update the database schema, then exit.
     Migrate(DbArgs),
+    /// Load a small demo dataset.
+    Demo {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Only when the database has no requests yet.
+        #[arg(long)]
+        if_empty: bool,
+    },
     /// Drop stored data older than N days (whole daily partitions), then exit.
     Retention {
         #[command(flatten)]
@@ -77,14 +89,23 @@ pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => server::start(args.config()).await?.wait().await,
         Command::Migrate(db) => Store::connect(&db.database_url).await.map(|_| ()),
+        Command::Demo { db, if_empty } => {
+            crate::demo::load(&Store::connect(&db.database_url).await?, if_empty).await
+        }
         Command::Retention { db, keep_days } => {
             let store = Store::connect(&db.database_url).await?;
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_nanos() as i64;
-            let dropped = store.drop_partitions_before(now - i64::from(keep_days) * crate::store::DAY_NS).await?;
-            println!("dropped {} partitions: {}", dropped.len(), dropped.join(", "));
+            let dropped = store
+                .drop_partitions_before(now - i64::from(keep_days) * crate::store::DAY_NS)
+                .await?;
+            println!(
+                "dropped {} partitions: {}",
+                dropped.len(),
+                dropped.join(", ")
+            );
             Ok(())
         }
     }

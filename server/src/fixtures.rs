@@ -1,8 +1,8 @@
 //! Deterministic synthetic traces for tests and benchmarks (the simulator makes realistic ones).
 
 use app::model::{
-    BatchEntry, Candidate, EngineKind, FinishReason, Iteration, Nanos, Phase, PrefillChunk, RequestTrace,
-    Resource, Role, SamplingParams, SpecialToken, Token,
+    BatchEntry, Candidate, EngineKind, FinishReason, Iteration, Nanos, Phase, PrefillChunk,
+    RequestTrace, Resource, Role, SamplingParams, SpecialToken, Token,
 };
 
 /// A small deterministic PRNG (xorshift64*): fixtures must not depend on a crate's stream.
@@ -29,7 +29,8 @@ impl Rng {
 pub const EOS_ID: u32 = 128_009;
 const VOCAB_SIZE: u64 = 128_000;
 const WORDS: [&str; 16] = [
-    " the", " of", " and", " model", " token", ",", ".", " latency", " batch", " is", " a", "\n", " GPU", " in", " to", " é",
+    " the", " of", " and", " model", " token", ",", ".", " latency", " batch", " is", " a", "\n",
+    " GPU", " in", " to", " é",
 ];
 
 /// The text of a token id in the fixture vocabulary.
@@ -37,7 +38,11 @@ pub fn token_text(id: u32) -> String {
     if id == EOS_ID {
         "<|eot_id|>".into()
     } else {
-        format!("{}{}", WORDS[id as usize % WORDS.len()], id / WORDS.len() as u32 % 7)
+        format!(
+            "{}{}",
+            WORDS[id as usize % WORDS.len()],
+            id / WORDS.len() as u32 % 7
+        )
     }
 }
 
@@ -59,7 +64,14 @@ pub fn resource(instance: &str) -> Resource {
 
 /// A finished request with `n` output tokens, `top_k` candidates each, the last one EOS, emitted
 /// one per iteration starting at `first_iteration`.
-pub fn request(id: &str, arrival_ns: Nanos, n: usize, top_k: usize, first_iteration: u64, seed: u64) -> RequestTrace {
+pub fn request(
+    id: &str,
+    arrival_ns: Nanos,
+    n: usize,
+    top_k: usize,
+    first_iteration: u64,
+    seed: u64,
+) -> RequestTrace {
     let mut rng = Rng::new(seed);
     let queued = arrival_ns + 1_500_000 + rng.below(500_000) as Nanos;
     let scheduled = queued + 2_000_000 + rng.below(5_000_000) as Nanos;
@@ -75,22 +87,46 @@ pub fn request(id: &str, arrival_ns: Nanos, n: usize, top_k: usize, first_iterat
             let mut lp = grid_logprob(&mut rng, 1);
             for _ in 0..top_k {
                 let cid = rng.below(VOCAB_SIZE) as u32;
-                candidates.push(Candidate { token_id: cid, text: Some(token_text(cid)), logprob: lp });
+                candidates.push(Candidate {
+                    token_id: cid,
+                    text: Some(token_text(cid)),
+                    logprob: lp,
+                });
                 lp += grid_logprob(&mut rng, 3);
             }
             // Mostly the top candidate is chosen; sometimes a lower one; rarely one outside the top-k.
             let roll = rng.below(100);
             let (token_id, logprob, rank) = if last {
                 // EOS as the most likely candidate.
-                (EOS_ID, candidates.first().map_or(-0.5, |c| c.logprob), Some(1))
+                (
+                    EOS_ID,
+                    candidates.first().map_or(-0.5, |c| c.logprob),
+                    Some(1),
+                )
             } else if top_k == 0 || roll >= 98 {
-                (rng.below(VOCAB_SIZE) as u32, -8.0 - grid_logprob(&mut rng, 2), Some(top_k as u32 + 1 + rng.below(50) as u32))
+                (
+                    rng.below(VOCAB_SIZE) as u32,
+                    -8.0 - grid_logprob(&mut rng, 2),
+                    Some(top_k as u32 + 1 + rng.below(50) as u32),
+                )
             } else {
-                let k = if roll < 85 { 0 } else { rng.below(top_k as u64) as usize };
-                (candidates[k].token_id, candidates[k].logprob, Some(k as u32 + 1))
+                let k = if roll < 85 {
+                    0
+                } else {
+                    rng.below(top_k as u64) as usize
+                };
+                (
+                    candidates[k].token_id,
+                    candidates[k].logprob,
+                    Some(k as u32 + 1),
+                )
             };
             if last && top_k > 0 {
-                candidates[0] = Candidate { token_id: EOS_ID, text: Some(token_text(EOS_ID)), logprob };
+                candidates[0] = Candidate {
+                    token_id: EOS_ID,
+                    text: Some(token_text(EOS_ID)),
+                    logprob,
+                };
             }
             Token {
                 token_id,
@@ -99,7 +135,11 @@ pub fn request(id: &str, arrival_ns: Nanos, n: usize, top_k: usize, first_iterat
                 logprob: Some(logprob),
                 rank,
                 text: Some(token_text(token_id)),
-                special: if last { SpecialToken::Eos } else { SpecialToken::None },
+                special: if last {
+                    SpecialToken::Eos
+                } else {
+                    SpecialToken::None
+                },
                 candidates,
             }
         })
@@ -148,7 +188,11 @@ pub fn iterations_for(r: &RequestTrace, batch_size: u32, waiting: u32) -> Vec<It
             end_ns: end,
             batch: (0..batch_size)
                 .map(|k| BatchEntry {
-                    request_id: if k == 0 { r.request_id.clone() } else { format!("other-{k}") },
+                    request_id: if k == 0 {
+                        r.request_id.clone()
+                    } else {
+                        format!("other-{k}")
+                    },
                     phase: Phase::Decode,
                     tokens: 1,
                     prefill_offset: 0,

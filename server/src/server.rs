@@ -8,7 +8,9 @@ use leptos::prelude::LeptosOptions;
 use leptos_axum::{LeptosRoutes, generate_route_list};
 use tokio::net::TcpListener;
 use tonic::codec::CompressionEncoding;
-use tower_http::{compression::CompressionLayer, decompression::RequestDecompressionLayer, trace::TraceLayer};
+use tower_http::{
+    compression::CompressionLayer, decompression::RequestDecompressionLayer, trace::TraceLayer,
+};
 
 use crate::error::{Error, Result};
 use crate::ingest::grpc::IngestService;
@@ -57,16 +59,22 @@ pub async fn start(config: Config) -> Result<Running> {
     };
     let http_listener = bind(config.http_addr).await?;
     let grpc_listener = bind(config.grpc_addr).await?;
-    let http_addr = http_listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
-    let grpc_addr = grpc_listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
+    let http_addr = http_listener
+        .local_addr()
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let grpc_addr = grpc_listener
+        .local_addr()
+        .map_err(|e| Error::Internal(e.to_string()))?;
 
     let app = http_app(&config, store.clone(), http_addr);
     let http = tokio::spawn(async move { axum::serve(http_listener, app).await });
 
-    let ingest = TraceIngestServer::new(IngestService { store: store.clone() })
-        .max_decoding_message_size(config.max_message_bytes)
-        .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip);
+    let ingest = TraceIngestServer::new(IngestService {
+        store: store.clone(),
+    })
+    .max_decoding_message_size(config.max_message_bytes)
+    .accept_compressed(CompressionEncoding::Gzip)
+    .send_compressed(CompressionEncoding::Gzip);
     let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
@@ -78,7 +86,13 @@ pub async fn start(config: Config) -> Result<Running> {
         tokio::spawn(retention_loop(store.clone(), config.retention_days));
     }
     tracing::info!(%http_addr, %grpc_addr, "tokenscope is serving");
-    Ok(Running { http_addr, grpc_addr, store, http, grpc })
+    Ok(Running {
+        http_addr,
+        grpc_addr,
+        store,
+        http,
+        grpc,
+    })
 }
 
 fn http_app(config: &Config, store: Store, addr: SocketAddr) -> Router {
@@ -108,10 +122,15 @@ async fn retention_loop(store: Store, days: u32) {
     let mut every = tokio::time::interval(Duration::from_secs(3600));
     loop {
         every.tick().await;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as i64;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as i64;
         let cutoff = now - i64::from(days) * crate::store::DAY_NS;
         match store.drop_partitions_before(cutoff).await {
-            Ok(dropped) if !dropped.is_empty() => tracing::info!(?dropped, "retention dropped partitions"),
+            Ok(dropped) if !dropped.is_empty() => {
+                tracing::info!(?dropped, "retention dropped partitions")
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "retention failed; will retry"),
         }

@@ -13,7 +13,11 @@ async fn a_resent_request_is_not_stored_twice() {
     let batch = export(&fixtures::resource("gpu-0"), &[r.clone(), r.clone()], &[]);
     let mut grpc = app.grpc().await;
     let first = grpc.export(batch.clone()).await.unwrap().into_inner();
-    assert_eq!((first.accepted_requests, first.duplicate_requests), (1, 1), "a repeat inside one batch");
+    assert_eq!(
+        (first.accepted_requests, first.duplicate_requests),
+        (1, 1),
+        "a repeat inside one batch"
+    );
     let again = grpc.export(batch).await.unwrap().into_inner();
     assert_eq!((again.accepted_requests, again.duplicate_requests), (0, 2));
     // Same id, later arrival: still the same request on that instance.
@@ -26,19 +30,33 @@ async fn a_resent_request_is_not_stored_twice() {
     later.first_scheduled_ns = None;
     later.prefill_chunks.clear();
     later.finished_ns = later.arrival_ns + 1;
-    let third = grpc.export(export(&fixtures::resource("gpu-0"), &[later], &[])).await.unwrap().into_inner();
+    let third = grpc
+        .export(export(&fixtures::resource("gpu-0"), &[later], &[]))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(third.duplicate_requests, 1);
 
     let list = app.get_json("/api/v1/requests").await;
     assert_eq!(list["requests"].as_array().unwrap().len(), 1);
     // The same id on another instance is another request.
-    let other = grpc.export(export(&fixtures::resource("gpu-9"), &[r], &[])).await.unwrap().into_inner();
+    let other = grpc
+        .export(export(&fixtures::resource("gpu-9"), &[r], &[]))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(other.accepted_requests, 1);
     let resp = app.get("/api/v1/requests/dup").await;
     assert_eq!(resp.status(), 409, "ambiguous without ?instance=");
     let body: serde_json::Value = resp.json().await.unwrap();
-    assert!(body["error"].as_str().unwrap().contains("gpu-0, gpu-9") || body["error"].as_str().unwrap().contains("gpu-9, gpu-0"));
-    assert_eq!(app.get_json("/api/v1/requests/dup?instance=gpu-9").await["instance"], "gpu-9");
+    assert!(
+        body["error"].as_str().unwrap().contains("gpu-0, gpu-9")
+            || body["error"].as_str().unwrap().contains("gpu-9, gpu-0")
+    );
+    assert_eq!(
+        app.get_json("/api/v1/requests/dup?instance=gpu-9").await["instance"],
+        "gpu-9"
+    );
 }
 
 #[tokio::test]
@@ -49,16 +67,39 @@ async fn one_invalid_item_is_rejected_and_the_rest_is_stored() {
     let good2 = fixtures::request("good-2", T0, 10, 2, 40, 3);
     let mut batch = export(&fixtures::resource("gpu-0"), &[good1, bad, good2], &[]);
     // Mismatched column: one emitted time missing.
-    batch.resource_traces[0].requests[1].tokens.as_mut().unwrap().emitted_ns.pop();
-    let reply = app.grpc().await.export(batch.clone()).await.unwrap().into_inner();
-    assert_eq!((reply.accepted_requests, reply.rejected_requests), (2, 0 + 1));
+    batch.resource_traces[0].requests[1]
+        .tokens
+        .as_mut()
+        .unwrap()
+        .emitted_ns
+        .pop();
+    let reply = app
+        .grpc()
+        .await
+        .export(batch.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (reply.accepted_requests, reply.rejected_requests),
+        (2, 0 + 1)
+    );
     let rej = &reply.rejections[0];
-    assert_eq!(rej.item, "resource_traces[0].requests[1] (request_id \"bad\")");
+    assert_eq!(
+        rej.item,
+        "resource_traces[0].requests[1] (request_id \"bad\")"
+    );
     assert_eq!(rej.field, "tokens.emitted_ns");
-    assert!(rej.message.contains("has 9 elements but token_id has 10"), "{}", rej.message);
+    assert!(
+        rej.message.contains("has 9 elements but token_id has 10"),
+        "{}",
+        rej.message
+    );
 
     // The same batch as JSON gives the same answer (good ones are duplicates now).
-    let resp = app.post_json("/api/v1/traces", serde_json::to_string(&batch).unwrap()).await;
+    let resp = app
+        .post_json("/api/v1/traces", serde_json::to_string(&batch).unwrap())
+        .await;
     assert_eq!(resp.status(), 200);
     let reply: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(reply["duplicateRequests"], "2");
@@ -76,10 +117,21 @@ async fn invalid_values_are_named() {
     let cases: Vec<(&str, Box<dyn Fn(&mut tokenscope::proto::v1::Request)>)> = vec![
         ("arrival_ns", Box::new(|r| r.arrival_ns = 1_796_022_000)), // seconds sent as nanoseconds
         ("request_id", Box::new(|r| r.request_id.clear())),
-        ("finished_ns", Box::new(|r| r.finished_ns = r.arrival_ns - 1)),
+        (
+            "finished_ns",
+            Box::new(|r| r.finished_ns = r.arrival_ns - 1),
+        ),
         ("trace_id", Box::new(|r| r.trace_id = vec![1, 2, 3])),
-        ("tokens.candidate_logprob", Box::new(|r| { r.tokens.as_mut().unwrap().candidate_logprob.pop(); })),
-        ("tokens.candidates[0][1].logprob", Box::new(|r| r.tokens.as_mut().unwrap().candidate_logprob[1] = 0.0)),
+        (
+            "tokens.candidate_logprob",
+            Box::new(|r| {
+                r.tokens.as_mut().unwrap().candidate_logprob.pop();
+            }),
+        ),
+        (
+            "tokens.candidates[0][1].logprob",
+            Box::new(|r| r.tokens.as_mut().unwrap().candidate_logprob[1] = 0.0),
+        ),
         ("output_tokens", Box::new(|r| r.output_tokens = 3)),
     ];
     for (field, break_it) in cases {
@@ -100,20 +152,45 @@ async fn a_batch_with_nothing_valid_is_an_error() {
     let mut r = fixtures::request("x", T0, 5, 2, 1, 1);
     r.finished_ns = r.arrival_ns - 1;
     let mut batch = export(&fixtures::resource("gpu-0"), &[], &[]);
-    batch.resource_traces[0].requests.push(tokenscope::ingest::native::to_wire(&fixtures::resource("g"), &[r], &[]).requests.remove(0));
+    batch.resource_traces[0].requests.push(
+        tokenscope::ingest::native::to_wire(&fixtures::resource("g"), &[r], &[])
+            .requests
+            .remove(0),
+    );
     let status = app.grpc().await.export(batch.clone()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    assert!(status.message().contains("finished_ns"), "{}", status.message());
+    assert!(
+        status.message().contains("finished_ns"),
+        "{}",
+        status.message()
+    );
 
-    let resp = app.post_json("/api/v1/traces", serde_json::to_string(&batch).unwrap()).await;
+    let resp = app
+        .post_json("/api/v1/traces", serde_json::to_string(&batch).unwrap())
+        .await;
     assert_eq!(resp.status(), 400);
-    let resp = app.post_json("/api/v1/traces", "{\"resource_traces\": 7}").await;
+    let resp = app
+        .post_json("/api/v1/traces", "{\"resource_traces\": 7}")
+        .await;
     assert_eq!(resp.status(), 400);
     let body: serde_json::Value = resp.json().await.unwrap();
-    assert!(body["error"].as_str().unwrap().contains("not a valid tokenscope.v1.ExportRequest"));
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid tokenscope.v1.ExportRequest")
+    );
     // A resource without an instance id rejects its items, naming the resource field.
-    let mut batch = export(&fixtures::resource(""), &[fixtures::request("y", T0, 5, 2, 1, 1)], &[]);
+    let mut batch = export(
+        &fixtures::resource(""),
+        &[fixtures::request("y", T0, 5, 2, 1, 1)],
+        &[],
+    );
     batch.resource_traces[0].resource.as_mut().unwrap().model = "m".into();
     let status = app.grpc().await.export(batch).await.unwrap_err();
-    assert!(status.message().contains("resource.instance_id"), "{}", status.message());
+    assert!(
+        status.message().contains("resource.instance_id"),
+        "{}",
+        status.message()
+    );
 }

@@ -31,20 +31,38 @@ fn assert_same(detail: &RequestDetail, sent: &RequestTrace, batch_size: u32, wai
         assert_eq!(got.text, want.text, "token {i}");
         assert_eq!(got.is_special, want.special.is_special(), "token {i}");
         assert_eq!(got.special, want.special, "token {i}");
-        assert_eq!(got.emitted_ns, want.emitted_ns, "token {i}: nanosecond timestamps survive");
-        assert_eq!(got.latency_ms, Some(ms(want.emitted_ns.unwrap() - previous)), "token {i}");
+        assert_eq!(
+            got.emitted_ns, want.emitted_ns,
+            "token {i}: nanosecond timestamps survive"
+        );
+        assert_eq!(
+            got.latency_ms,
+            Some(ms(want.emitted_ns.unwrap() - previous)),
+            "token {i}"
+        );
         previous = want.emitted_ns.unwrap();
         assert_eq!(got.iteration, want.iteration, "token {i}");
         assert_eq!(got.logprob, want.logprob, "token {i}");
         assert_eq!(got.rank, want.rank, "token {i}");
         assert_eq!(got.batch_size, Some(batch_size), "token {i}");
         assert_eq!(got.waiting, Some(waiting), "token {i}");
-        let cands: Vec<_> = got.candidates.iter().map(|c| (c.token_id, c.text.clone(), c.logprob)).collect();
-        let want_cands: Vec<_> = want.candidates.iter().map(|c| (c.token_id, c.text.clone(), c.logprob)).collect();
+        let cands: Vec<_> = got
+            .candidates
+            .iter()
+            .map(|c| (c.token_id, c.text.clone(), c.logprob))
+            .collect();
+        let want_cands: Vec<_> = want
+            .candidates
+            .iter()
+            .map(|c| (c.token_id, c.text.clone(), c.logprob))
+            .collect();
         assert_eq!(cands, want_cands, "token {i}: candidates in rank order");
     }
     let last = detail.tokens.last().unwrap();
-    assert!(last.is_special && last.text.as_deref() == Some("<|eot_id|>"), "EOS is flagged, not invisible");
+    assert!(
+        last.is_special && last.text.as_deref() == Some("<|eot_id|>"),
+        "EOS is flagged, not invisible"
+    );
 }
 
 #[tokio::test]
@@ -55,14 +73,19 @@ async fn two_thousand_tokens_round_trip_over_grpc() {
     let reply = app
         .grpc()
         .await
-        .export(export(&fixtures::resource("gpu-0"), std::slice::from_ref(&sent), &its))
+        .export(export(
+            &fixtures::resource("gpu-0"),
+            std::slice::from_ref(&sent),
+            &its,
+        ))
         .await
         .expect("export succeeds")
         .into_inner();
     assert_eq!((reply.accepted_requests, reply.rejected_requests), (1, 0));
     assert_eq!(reply.accepted_iterations, 2000);
 
-    let detail: RequestDetail = serde_json::from_value(app.get_json("/api/v1/requests/req-grpc").await).unwrap();
+    let detail: RequestDetail =
+        serde_json::from_value(app.get_json("/api/v1/requests/req-grpc").await).unwrap();
     assert_same(&detail, &sent, 12, 3);
     assert_eq!(detail.summary.instance, "gpu-0");
     assert_eq!(detail.summary.model, "meta-llama/Llama-3.1-8B-Instruct");
@@ -74,14 +97,23 @@ async fn two_thousand_tokens_round_trip_over_json() {
     let sent = fixtures::request("req-json", T0, 2000, 5, 5000, 11);
     let its = fixtures::iterations_for(&sent, 4, 0);
     // pbjson writes the proto3 JSON mapping: camelCase names, 64-bit integers as strings.
-    let body = serde_json::to_string(&export(&fixtures::resource("gpu-1"), std::slice::from_ref(&sent), &its)).unwrap();
-    assert!(body.contains("\"arrivalNs\":\"1796022000000000000\""), "proto3 JSON encodes int64 as strings");
+    let body = serde_json::to_string(&export(
+        &fixtures::resource("gpu-1"),
+        std::slice::from_ref(&sent),
+        &its,
+    ))
+    .unwrap();
+    assert!(
+        body.contains("\"arrivalNs\":\"1796022000000000000\""),
+        "proto3 JSON encodes int64 as strings"
+    );
     let resp = app.post_json("/api/v1/traces", body).await;
     assert_eq!(resp.status(), 200);
     let reply: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(reply["acceptedRequests"], "1");
 
-    let detail: RequestDetail = serde_json::from_value(app.get_json("/api/v1/requests/req-json").await).unwrap();
+    let detail: RequestDetail =
+        serde_json::from_value(app.get_json("/api/v1/requests/req-json").await).unwrap();
     assert_same(&detail, &sent, 4, 0);
 }
 
@@ -108,7 +140,10 @@ async fn hand_written_json_with_original_field_names_is_accepted() {
     assert_eq!(d["ttft_ms"], 50.0);
     assert_eq!(d["tpot_ms"], 40.0);
     assert_eq!(d["output_tokens"], 2);
-    assert_eq!(d["tokens"][0]["rank"], 2, "rank derived from the candidates");
+    assert_eq!(
+        d["tokens"][0]["rank"], 2,
+        "rank derived from the candidates"
+    );
     assert_eq!(d["tokens"][1]["is_special"], true);
     assert_eq!(d["tokens"][1]["special"], "eos");
     assert_eq!(d["tokens"][1]["latency_ms"], 40.0);

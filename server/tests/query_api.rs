@@ -12,30 +12,97 @@ async fn lists_filter_and_order() {
     let mut a = fixtures::resource("gpu-a");
     a.engine = app::model::EngineKind::Sglang;
     let b = fixtures::resource("gpu-b");
-    let reqs_a: Vec<_> = (0..5).map(|i| fixtures::request(&format!("a{i}"), T0 + i * 1_000_000_000, 10 + i as usize * 5, 2, 1, i as u64)).collect();
-    let reqs_b: Vec<_> = (0..3).map(|i| fixtures::request(&format!("b{i}"), T0 + i * 1_000_000_000 + 500_000_000, 8, 2, 1, 100 + i as u64)).collect();
+    let reqs_a: Vec<_> = (0..5)
+        .map(|i| {
+            fixtures::request(
+                &format!("a{i}"),
+                T0 + i * 1_000_000_000,
+                10 + i as usize * 5,
+                2,
+                1,
+                i as u64,
+            )
+        })
+        .collect();
+    let reqs_b: Vec<_> = (0..3)
+        .map(|i| {
+            fixtures::request(
+                &format!("b{i}"),
+                T0 + i * 1_000_000_000 + 500_000_000,
+                8,
+                2,
+                1,
+                100 + i as u64,
+            )
+        })
+        .collect();
     grpc.export(export(&a, &reqs_a, &[])).await.unwrap();
     grpc.export(export(&b, &reqs_b, &[])).await.unwrap();
 
     let ids = |v: &serde_json::Value| -> Vec<String> {
-        v["requests"].as_array().unwrap().iter().map(|r| r["request_id"].as_str().unwrap().to_string()).collect()
+        v["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["request_id"].as_str().unwrap().to_string())
+            .collect()
     };
     let all = app.get_json("/api/v1/requests").await;
-    assert_eq!(ids(&all), ["a0", "b0", "a1", "b1", "a2", "b2", "a3", "a4"], "arrival order by default");
+    assert_eq!(
+        ids(&all),
+        ["a0", "b0", "a1", "b1", "a2", "b2", "a3", "a4"],
+        "arrival order by default"
+    );
     let first = &all["requests"][0];
-    for key in ["request_id", "engine", "instance", "model", "arrival_ns", "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prompt_tokens", "output_tokens", "finish_reason"] {
+    for key in [
+        "request_id",
+        "engine",
+        "instance",
+        "model",
+        "arrival_ns",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "queue_ms",
+        "prompt_tokens",
+        "output_tokens",
+        "finish_reason",
+    ] {
         assert!(first.get(key).is_some(), "summary has {key}");
     }
-    assert_eq!(ids(&app.get_json("/api/v1/requests?instance=gpu-b").await), ["b0", "b1", "b2"]);
-    assert_eq!(ids(&app.get_json("/api/v1/requests?engine=sglang&limit=2").await), ["a0", "a1"]);
-    let window = format!("/api/v1/requests?from={}&to={}", T0 + 1_000_000_000, T0 + 2_000_000_000);
+    assert_eq!(
+        ids(&app.get_json("/api/v1/requests?instance=gpu-b").await),
+        ["b0", "b1", "b2"]
+    );
+    assert_eq!(
+        ids(&app.get_json("/api/v1/requests?engine=sglang&limit=2").await),
+        ["a0", "a1"]
+    );
+    let window = format!(
+        "/api/v1/requests?from={}&to={}",
+        T0 + 1_000_000_000,
+        T0 + 2_000_000_000
+    );
     assert_eq!(ids(&app.get_json(&window).await), ["a1", "b1"]);
-    assert_eq!(ids(&app.get_json("/api/v1/requests?order=recent&limit=1").await), ["a4"]);
+    assert_eq!(
+        ids(&app.get_json("/api/v1/requests?order=recent&limit=1").await),
+        ["a4"]
+    );
     let by_ttft = app.get_json("/api/v1/requests?order=ttft_desc").await;
-    let ttfts: Vec<f64> = by_ttft["requests"].as_array().unwrap().iter().map(|r| r["ttft_ms"].as_f64().unwrap()).collect();
+    let ttfts: Vec<f64> = by_ttft["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["ttft_ms"].as_f64().unwrap())
+        .collect();
     assert!(ttfts.windows(2).all(|w| w[0] >= w[1]), "{ttfts:?}");
     let by_tpot = app.get_json("/api/v1/requests?order=tpot_desc").await;
-    let tpots: Vec<f64> = by_tpot["requests"].as_array().unwrap().iter().map(|r| r["tpot_ms"].as_f64().unwrap()).collect();
+    let tpots: Vec<f64> = by_tpot["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["tpot_ms"].as_f64().unwrap())
+        .collect();
     assert!(tpots.windows(2).all(|w| w[0] >= w[1]), "{tpots:?}");
 
     let instances = app.get_json("/api/v1/instances").await;
@@ -59,7 +126,10 @@ async fn bad_parameters_and_unknown_ids_get_clear_errors() {
         let resp = app.get(path).await;
         assert_eq!(resp.status(), status, "{path}");
         let body: serde_json::Value = resp.json().await.unwrap();
-        assert!(body["error"].as_str().unwrap().contains(needle), "{path}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains(needle),
+            "{path}: {body}"
+        );
     }
 }
 
@@ -77,7 +147,10 @@ async fn the_shell_page_renders() {
     assert_eq!(resp.status(), 200);
     let html = resp.text().await.unwrap();
     assert!(html.contains("<title>tokenscope</title>"), "{html}");
-    assert!(html.contains("/pkg/tokenscope.js"), "hydration script is linked");
+    assert!(
+        html.contains("/pkg/tokenscope.js"),
+        "hydration script is linked"
+    );
 }
 
 #[tokio::test]
@@ -87,8 +160,17 @@ async fn retention_drops_whole_partitions() {
     let old = fixtures::request("old", T0 - 10 * day, 5, 1, 1, 1);
     let new = fixtures::request("new", T0, 5, 1, 1, 2);
     let its = fixtures::iterations_for(&old, 2, 0);
-    app.grpc().await.export(export(&fixtures::resource("gpu-0"), &[old, new], &its)).await.unwrap();
-    let dropped = app.running.store.drop_partitions_before(T0 - 5 * day).await.unwrap();
+    app.grpc()
+        .await
+        .export(export(&fixtures::resource("gpu-0"), &[old, new], &its))
+        .await
+        .unwrap();
+    let dropped = app
+        .running
+        .store
+        .drop_partitions_before(T0 - 5 * day)
+        .await
+        .unwrap();
     assert_eq!(dropped, ["requests_p20261120", "iterations_p20261120"]);
     assert_eq!(app.get("/api/v1/requests/old").await.status(), 404);
     assert_eq!(app.get("/api/v1/requests/new").await.status(), 200);

@@ -19,17 +19,35 @@ pub fn stages(r: &RequestTrace) -> Vec<Stage> {
         }
     }
     if let Some(kv) = &r.kv_transfer {
-        out.push(bar(StageKind::KvTransfer, kv.start_ns, kv.end_ns, None, None));
+        out.push(bar(
+            StageKind::KvTransfer,
+            kv.start_ns,
+            kv.end_ns,
+            None,
+            None,
+        ));
     }
     for c in &r.prefill_chunks {
-        out.push(bar(StageKind::Prefill, c.start_ns, c.end_ns, Some(c.tokens), c.iteration));
+        out.push(bar(
+            StageKind::Prefill,
+            c.start_ns,
+            c.end_ns,
+            Some(c.tokens),
+            c.iteration,
+        ));
     }
     for p in &r.preemptions {
         let end = p.resumed_ns.unwrap_or(r.finished_ns);
         out.push(bar(StageKind::Preempted, p.at_ns, end, None, None));
     }
     if let Some(first) = r.first_token_at() {
-        out.push(bar(StageKind::Decode, first, r.finished_ns, Some(r.output_tokens), None));
+        out.push(bar(
+            StageKind::Decode,
+            first,
+            r.finished_ns,
+            Some(r.output_tokens),
+            None,
+        ));
     }
     out.sort_by_key(|s| (s.start_ns, s.end_ns));
     out

@@ -12,7 +12,9 @@ mod token;
 pub mod validate;
 
 pub use iteration::{BatchEntry, Iteration, Phase};
-pub use request::{FinishReason, KvTransfer, Preemption, PrefillChunk, RequestTrace, SamplingParams};
+pub use request::{
+    FinishReason, KvTransfer, Preemption, PrefillChunk, RequestTrace, SamplingParams,
+};
 pub use resource::{EngineKind, Resource, Role};
 pub use token::{Candidate, SpecialToken, Token};
 

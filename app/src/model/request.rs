@@ -27,9 +27,15 @@ impl FinishReason {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Unknown, Self::Stop, Self::Length, Self::Abort, Self::Error]
-            .into_iter()
-            .find(|r| r.as_str() == s)
+        [
+            Self::Unknown,
+            Self::Stop,
+            Self::Length,
+            Self::Abort,
+            Self::Error,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
     }
 }
 

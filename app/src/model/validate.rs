@@ -69,14 +69,21 @@ fn check_hex(field: &str, value: &Option<String>, digits: usize) -> Check {
         Some(v) => ensure(
             v.len() == digits && v.bytes().all(|b| b.is_ascii_hexdigit()),
             field,
-            || format!("must be {} bytes ({digits} hex digits), got {v:?}", digits / 2),
+            || {
+                format!(
+                    "must be {} bytes ({digits} hex digits), got {v:?}",
+                    digits / 2
+                )
+            },
         ),
     }
 }
 
 pub fn resource(r: &Resource) -> Check {
     check_id("resource.instance_id", &r.instance_id)?;
-    ensure(!r.model.is_empty(), "resource.model", || "must not be empty".into())
+    ensure(!r.model.is_empty(), "resource.model", || {
+        "must not be empty".into()
+    })
 }
 
 pub fn request(r: &RequestTrace) -> Check {
@@ -90,7 +97,10 @@ pub fn request(r: &RequestTrace) -> Check {
         format!("{to} is before arrival_ns {from}")
     })?;
     ensure(to - from <= MAX_DURATION_NS, "finished_ns", || {
-        format!("request lasted {} s; more than a week means mixed-up clocks", (to - from) / 1_000_000_000)
+        format!(
+            "request lasted {} s; more than a week means mixed-up clocks",
+            (to - from) / 1_000_000_000
+        )
     })?;
     for (field, t) in [
         ("queued_ns", r.queued_ns),
@@ -102,7 +112,10 @@ pub fn request(r: &RequestTrace) -> Check {
         }
     }
     ensure(r.cached_tokens <= r.prompt_tokens, "cached_tokens", || {
-        format!("{} exceeds prompt_tokens {}", r.cached_tokens, r.prompt_tokens)
+        format!(
+            "{} exceeds prompt_tokens {}",
+            r.cached_tokens, r.prompt_tokens
+        )
     })?;
     for (i, c) in r.prefill_chunks.iter().enumerate() {
         let field = format!("prefill_chunks[{i}]");
@@ -134,21 +147,36 @@ fn tokens(r: &RequestTrace) -> Check {
     ensure(
         r.output_tokens as usize == r.tokens.len(),
         "output_tokens",
-        || format!("is {} but {} tokens were sent", r.output_tokens, r.tokens.len()),
+        || {
+            format!(
+                "is {} but {} tokens were sent",
+                r.output_tokens,
+                r.tokens.len()
+            )
+        },
     )?;
     let mut previous = r.arrival_ns;
     for (i, t) in r.tokens.iter().enumerate() {
         if let Some(at) = t.emitted_ns {
-            check_within(&format!("tokens.emitted_ns[{i}]"), at, previous, r.finished_ns)?;
+            check_within(
+                &format!("tokens.emitted_ns[{i}]"),
+                at,
+                previous,
+                r.finished_ns,
+            )?;
             previous = at;
         }
         if let Some(lp) = t.logprob {
-            ensure(lp <= 1e-3 && !lp.is_nan(), &format!("tokens.logprob[{i}]"), || {
-                format!("{lp} is not a log-probability (must be ≤ 0)")
-            })?;
+            ensure(
+                lp <= 1e-3 && !lp.is_nan(),
+                &format!("tokens.logprob[{i}]"),
+                || format!("{lp} is not a log-probability (must be ≤ 0)"),
+            )?;
         }
         if let Some(rank) = t.rank {
-            ensure(rank >= 1, &format!("tokens.rank[{i}]"), || "ranks start at 1".into())?;
+            ensure(rank >= 1, &format!("tokens.rank[{i}]"), || {
+                "ranks start at 1".into()
+            })?;
         }
         let mut last = f32::INFINITY;
         for (k, c) in t.candidates.iter().enumerate() {
@@ -157,7 +185,10 @@ fn tokens(r: &RequestTrace) -> Check {
                 format!("{} is not a log-probability (must be ≤ 0)", c.logprob)
             })?;
             ensure(c.logprob <= last, &field, || {
-                format!("{} is above the previous candidate's {last}: candidates must be in rank order", c.logprob)
+                format!(
+                    "{} is above the previous candidate's {last}: candidates must be in rank order",
+                    c.logprob
+                )
             })?;
             last = c.logprob;
         }

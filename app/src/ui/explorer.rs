@@ -10,7 +10,7 @@ use crate::api::{InstanceList, RequestList, RequestSummary};
 pub fn Explorer() -> impl IntoView {
     let instances = LocalResource::new(|| get_json::<InstanceList>("/api/v1/instances"));
     let requests =
-        LocalResource::new(|| get_json::<RequestList>("/api/v1/requests?order=start&limit=100"));
+        LocalResource::new(|| get_json::<RequestList>("/api/v1/requests?order=recent&limit=100"));
     view! {
         <section class="panel">
             <h2>"Instances"</h2>

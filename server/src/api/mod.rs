@@ -46,8 +46,11 @@ fn parse_int(name: &str, value: Option<&str>) -> Result<Option<i64>> {
     value
         .filter(|v| !v.is_empty())
         .map(|v| {
-            v.parse::<i64>()
-                .map_err(|_| Error::InvalidArgument(format!("{name}={v:?} is not an integer (Unix nanoseconds for from/to)")))
+            v.parse::<i64>().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "{name}={v:?} is not an integer (Unix nanoseconds for from/to)"
+                ))
+            })
         })
         .transpose()
 }
@@ -60,11 +63,16 @@ impl ListParams {
     fn into_filter(self) -> Result<RequestFilter> {
         let order = self.order.unwrap_or_else(|| "start".into());
         if !ORDERS.contains(&order.as_str()) {
-            return Err(Error::InvalidArgument(format!("order={order:?} is not one of {}", ORDERS.join(", "))));
+            return Err(Error::InvalidArgument(format!(
+                "order={order:?} is not one of {}",
+                ORDERS.join(", ")
+            )));
         }
         let limit = parse_int("limit", self.limit.as_deref())?.unwrap_or(DEFAULT_LIMIT);
         if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(Error::InvalidArgument(format!("limit={limit} must be between 1 and {MAX_LIMIT}")));
+            return Err(Error::InvalidArgument(format!(
+                "limit={limit} must be between 1 and {MAX_LIMIT}"
+            )));
         }
         Ok(RequestFilter {
             instance: non_empty(self.instance),
@@ -78,9 +86,14 @@ impl ListParams {
     }
 }
 
-async fn list_requests(State(store): State<Store>, Query(params): Query<ListParams>) -> Result<Json<RequestList>> {
+async fn list_requests(
+    State(store): State<Store>,
+    Query(params): Query<ListParams>,
+) -> Result<Json<RequestList>> {
     let filter = params.into_filter()?;
-    Ok(Json(RequestList { requests: store.list_requests(&filter).await? }))
+    Ok(Json(RequestList {
+        requests: store.list_requests(&filter).await?,
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -94,11 +107,15 @@ async fn get_request(
     Query(p): Query<InstanceParam>,
 ) -> Result<Json<RequestDetail>> {
     let instance = non_empty(p.instance);
-    Ok(Json(store.get_request(&request_id, instance.as_deref()).await?))
+    Ok(Json(
+        store.get_request(&request_id, instance.as_deref()).await?,
+    ))
 }
 
 async fn list_instances(State(store): State<Store>) -> Result<Json<InstanceList>> {
-    Ok(Json(InstanceList { instances: store.list_instances().await? }))
+    Ok(Json(InstanceList {
+        instances: store.list_instances().await?,
+    }))
 }
 
 async fn readyz(State(store): State<Store>) -> Result<(StatusCode, &'static str)> {

@@ -12,7 +12,10 @@ pub struct IngestService {
 
 #[tonic::async_trait]
 impl TraceIngest for IngestService {
-    async fn export(&self, request: Request<v1::ExportRequest>) -> Result<Response<v1::ExportResponse>, Status> {
+    async fn export(
+        &self,
+        request: Request<v1::ExportRequest>,
+    ) -> Result<Response<v1::ExportResponse>, Status> {
         let decoded = native::decode(request.into_inner());
         let reply = store_decoded(&self.store, decoded).await?;
         Ok(Response::new(reply))

@@ -7,11 +7,17 @@ use crate::error::{Error, Result};
 use crate::proto::v1;
 use crate::store::Store;
 
-pub async fn post_traces(State(store): State<Store>, body: Bytes) -> Result<Json<v1::ExportResponse>> {
+pub async fn post_traces(
+    State(store): State<Store>,
+    body: Bytes,
+) -> Result<Json<v1::ExportResponse>> {
     // Parsed by hand (not axum's Json extractor) so that a syntax or schema error comes back in our
     // error body, with serde's line and column, instead of as plain text.
-    let export: v1::ExportRequest = serde_json::from_slice(&body)
-        .map_err(|e| Error::InvalidArgument(format!("body is not a valid tokenscope.v1.ExportRequest in proto3 JSON: {e}")))?;
+    let export: v1::ExportRequest = serde_json::from_slice(&body).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "body is not a valid tokenscope.v1.ExportRequest in proto3 JSON: {e}"
+        ))
+    })?;
     let reply = store_decoded(&store, native::decode(export)).await?;
     Ok(Json(reply))
 }

@@ -85,8 +85,13 @@ impl Decoded {
 /// Stores the valid part of a decoded batch and builds the reply. A batch in which nothing at all
 /// was valid is an error, so that a client sending only garbage hears about it loudly.
 pub async fn store_decoded(store: &Store, decoded: Decoded) -> Result<v1::ExportResponse> {
-    let Decoded { batches, rejections } = decoded;
-    let had_items = batches.iter().any(|b| !b.requests.is_empty() || !b.iterations.is_empty());
+    let Decoded {
+        batches,
+        rejections,
+    } = decoded;
+    let had_items = batches
+        .iter()
+        .any(|b| !b.requests.is_empty() || !b.iterations.is_empty());
     if !had_items && !rejections.is_empty() {
         let listed: Vec<String> = rejections
             .iter()
@@ -109,7 +114,11 @@ pub async fn store_decoded(store: &Store, decoded: Decoded) -> Result<v1::Export
         rejected_iterations: count(ItemKind::Iteration),
         rejections: rejections
             .into_iter()
-            .map(|r| v1::Rejection { item: r.item, field: r.field, message: r.message })
+            .map(|r| v1::Rejection {
+                item: r.item,
+                field: r.field,
+                message: r.message,
+            })
             .collect(),
     })
 }

@@ -1,8 +1,8 @@
 //! Adapter for tokenscope's own wire format (`proto/tokenscope/v1`, gRPC or proto3 JSON).
 
 use app::model::{
-    self, BatchEntry, Candidate, EngineKind, FinishReason, Iteration, KvTransfer, Phase, Preemption,
-    PrefillChunk, RequestTrace, Resource, Role, SamplingParams, SpecialToken, Token,
+    self, BatchEntry, Candidate, EngineKind, FinishReason, Iteration, KvTransfer, Phase,
+    Preemption, PrefillChunk, RequestTrace, Resource, Role, SamplingParams, SpecialToken, Token,
     validate::{self, FieldError},
 };
 
@@ -13,7 +13,8 @@ pub fn decode(export: v1::ExportRequest) -> Decoded {
     let mut out = Decoded::default();
     for (i, rt) in export.resource_traces.into_iter().enumerate() {
         let at = format!("resource_traces[{i}]");
-        let resource = match resource(rt.resource).and_then(|r| validate::resource(&r).map(|()| r)) {
+        let resource = match resource(rt.resource).and_then(|r| validate::resource(&r).map(|()| r))
+        {
             Ok(r) => r,
             Err(e) => {
                 // Without a valid resource no item can be attributed to an instance.
@@ -22,12 +23,20 @@ pub fn decode(export: v1::ExportRequest) -> Decoded {
                     out.reject(ItemKind::Request, &item, e.clone());
                 }
                 for j in 0..rt.iterations.len() {
-                    out.reject(ItemKind::Iteration, &format!("{at}.iterations[{j}]"), e.clone());
+                    out.reject(
+                        ItemKind::Iteration,
+                        &format!("{at}.iterations[{j}]"),
+                        e.clone(),
+                    );
                 }
                 continue;
             }
         };
-        let mut batch = ResourceBatch { resource, requests: Vec::new(), iterations: Vec::new() };
+        let mut batch = ResourceBatch {
+            resource,
+            requests: Vec::new(),
+            iterations: Vec::new(),
+        };
         for (j, r) in rt.requests.into_iter().enumerate() {
             let label = format!("{at}.requests[{j}] (request_id {:?})", r.request_id);
             match request(r) {
@@ -54,13 +63,23 @@ fn resource(r: Option<v1::Resource>) -> Result<Resource, FieldError> {
         Ok(v1::EngineKind::Sglang) => EngineKind::Sglang,
         Ok(v1::EngineKind::Trtllm) => EngineKind::Trtllm,
         Ok(v1::EngineKind::Other | v1::EngineKind::Unspecified) => EngineKind::Other,
-        Err(_) => return Err(FieldError::new("resource.engine", format!("{} is not a known engine kind", r.engine))),
+        Err(_) => {
+            return Err(FieldError::new(
+                "resource.engine",
+                format!("{} is not a known engine kind", r.engine),
+            ));
+        }
     };
     let role = match v1::Role::try_from(r.role) {
         Ok(v1::Role::Colocated | v1::Role::Unspecified) => Role::Colocated,
         Ok(v1::Role::Prefill) => Role::Prefill,
         Ok(v1::Role::Decode) => Role::Decode,
-        Err(_) => return Err(FieldError::new("resource.role", format!("{} is not a known role", r.role))),
+        Err(_) => {
+            return Err(FieldError::new(
+                "resource.role",
+                format!("{} is not a known role", r.role),
+            ));
+        }
     };
     Ok(Resource {
         engine,
@@ -88,19 +107,26 @@ fn request(r: v1::Request) -> Result<RequestTrace, FieldError> {
         Ok(v1::FinishReason::Length) => FinishReason::Length,
         Ok(v1::FinishReason::Abort) => FinishReason::Abort,
         Ok(v1::FinishReason::Error) => FinishReason::Error,
-        Err(_) => return Err(FieldError::new("finish_reason", format!("{} is not a known finish reason", r.finish_reason))),
+        Err(_) => {
+            return Err(FieldError::new(
+                "finish_reason",
+                format!("{} is not a known finish reason", r.finish_reason),
+            ));
+        }
     };
     let tokens = match r.tokens {
         Some(cols) => tokens(cols)?,
         None => Vec::new(),
     };
-    let sampling = r.sampling.map_or_else(SamplingParams::default, |s| SamplingParams {
-        temperature: s.temperature,
-        top_p: s.top_p,
-        top_k: s.top_k,
-        max_tokens: s.max_tokens,
-        seed: s.seed,
-    });
+    let sampling = r
+        .sampling
+        .map_or_else(SamplingParams::default, |s| SamplingParams {
+            temperature: s.temperature,
+            top_p: s.top_p,
+            top_k: s.top_k,
+            max_tokens: s.max_tokens,
+            seed: s.seed,
+        });
     let mut trace = RequestTrace {
         request_id: r.request_id,
         trace_id: hex(&r.trace_id),
@@ -127,7 +153,11 @@ fn request(r: v1::Request) -> Result<RequestTrace, FieldError> {
         preemptions: r
             .preemptions
             .into_iter()
-            .map(|p| Preemption { at_ns: p.at_ns, resumed_ns: opt(p.resumed_ns), recompute: p.recompute })
+            .map(|p| Preemption {
+                at_ns: p.at_ns,
+                resumed_ns: opt(p.resumed_ns),
+                recompute: p.recompute,
+            })
             .collect(),
         kv_transfer: r.kv_transfer.map(|k| KvTransfer {
             start_ns: k.start_ns,
@@ -149,7 +179,9 @@ fn column<T>(name: &str, col: Vec<T>, n: usize) -> Result<Option<Vec<T>>, FieldE
         len if len == n => Ok(Some(col)),
         len => Err(FieldError::new(
             format!("tokens.{name}"),
-            format!("has {len} elements but token_id has {n}; a column must be empty or one per token"),
+            format!(
+                "has {len} elements but token_id has {n}; a column must be empty or one per token"
+            ),
         )),
     }
 }
@@ -181,7 +213,9 @@ fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
         len => {
             return Err(FieldError::new(
                 "tokens.candidate_text",
-                format!("has {len} elements but candidate_count adds up to {total}; send none or one per candidate"),
+                format!(
+                    "has {len} elements but candidate_count adds up to {total}; send none or one per candidate"
+                ),
             ));
         }
     };
@@ -195,7 +229,10 @@ fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
         let special = match special.as_ref().map(|s| s[i]) {
             None => SpecialToken::None,
             Some(code) => special_token(code).ok_or_else(|| {
-                FieldError::new(format!("tokens.special[{i}]"), format!("{code} is not a known special-token kind"))
+                FieldError::new(
+                    format!("tokens.special[{i}]"),
+                    format!("{code} is not a known special-token kind"),
+                )
             })?,
         };
         let k = counts.as_ref().map_or(0, |c| c[i] as usize);
@@ -240,9 +277,19 @@ fn iteration(it: v1::Iteration) -> Result<Iteration, FieldError> {
             let phase = match v1::Phase::try_from(e.phase) {
                 Ok(v1::Phase::Prefill) => Phase::Prefill,
                 Ok(v1::Phase::Decode) => Phase::Decode,
-                _ => return Err(FieldError::new(format!("batch[{i}].phase"), "must be PREFILL or DECODE")),
+                _ => {
+                    return Err(FieldError::new(
+                        format!("batch[{i}].phase"),
+                        "must be PREFILL or DECODE",
+                    ));
+                }
             };
-            Ok(BatchEntry { request_id: e.request_id, phase, tokens: e.tokens, prefill_offset: e.prefill_offset })
+            Ok(BatchEntry {
+                request_id: e.request_id,
+                phase,
+                tokens: e.tokens,
+                prefill_offset: e.prefill_offset,
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let it = Iteration {
@@ -260,7 +307,11 @@ fn iteration(it: v1::Iteration) -> Result<Iteration, FieldError> {
 
 /// The inverse adapter, model → wire: used by clients (tests, benchmarks, and the simulator) so
 /// that what they send is exactly what a model value means.
-pub fn to_wire(resource: &Resource, requests: &[RequestTrace], iterations: &[Iteration]) -> v1::ResourceTraces {
+pub fn to_wire(
+    resource: &Resource,
+    requests: &[RequestTrace],
+    iterations: &[Iteration],
+) -> v1::ResourceTraces {
     v1::ResourceTraces {
         resource: Some(v1::Resource {
             engine: match resource.engine {
@@ -354,7 +405,11 @@ fn request_to_wire(r: &RequestTrace) -> v1::Request {
         preemptions: r
             .preemptions
             .iter()
-            .map(|p| v1::Preemption { at_ns: p.at_ns, resumed_ns: p.resumed_ns.unwrap_or(0), recompute: p.recompute })
+            .map(|p| v1::Preemption {
+                at_ns: p.at_ns,
+                resumed_ns: p.resumed_ns.unwrap_or(0),
+                recompute: p.recompute,
+            })
             .collect(),
         kv_transfer: r.kv_transfer.as_ref().map(|k| v1::KvTransfer {
             start_ns: k.start_ns,

@@ -55,8 +55,18 @@ mod tests {
     #[test]
     fn round_trips() {
         let batch = vec![
-            BatchEntry { request_id: "a".into(), phase: Phase::Prefill, tokens: 2048, prefill_offset: 4096 },
-            BatchEntry { request_id: "b".into(), phase: Phase::Decode, tokens: 1, prefill_offset: 0 },
+            BatchEntry {
+                request_id: "a".into(),
+                phase: Phase::Prefill,
+                tokens: 2048,
+                prefill_offset: 4096,
+            },
+            BatchEntry {
+                request_id: "b".into(),
+                phase: Phase::Decode,
+                tokens: 1,
+                prefill_offset: 0,
+            },
         ];
         assert_eq!(decode(&encode(&batch)).unwrap(), batch);
         assert!(decode(&encode(&batch)[..5]).is_err());

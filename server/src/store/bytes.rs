@@ -116,6 +116,9 @@ mod tests {
             assert_eq!(r.signed().unwrap(), v);
             assert_eq!(r.varint().unwrap(), v as u64);
         }
-        assert!(r.u8().is_err(), "reading past the end is an error, not a panic");
+        assert!(
+            r.u8().is_err(),
+            "reading past the end is an error, not a panic"
+        );
     }
 }

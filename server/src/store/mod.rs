@@ -44,19 +44,37 @@ impl Store {
         sqlx::migrate!("../migrations")
             .run(&pool)
             .await
-            .map_err(|e| crate::error::Error::Internal(format!("database migration failed: {e}")))?;
-        Ok(Self { pool, caches: Arc::default() })
+            .map_err(|e| {
+                crate::error::Error::Internal(format!("database migration failed: {e}"))
+            })?;
+        Ok(Self {
+            pool,
+            caches: Arc::default(),
+        })
     }
 
     /// Whether the database answers (for `/readyz`).
     pub async fn ping(&self) -> Result<()> {
-        sqlx::query_scalar!("SELECT 1 AS \"one!\"").fetch_one(&self.pool).await?;
+        sqlx::query_scalar!("SELECT 1 AS \"one!\"")
+            .fetch_one(&self.pool)
+            .await?;
         Ok(())
+    }
+
+    pub async fn has_requests(&self) -> Result<bool> {
+        Ok(
+            sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM requests) AS "exists!""#)
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 
     /// Drops the daily partitions that end before `cutoff_ns`; returns their names.
     pub async fn drop_partitions_before(&self, cutoff_ns: Nanos) -> Result<Vec<String>> {
-        self.caches.partitions.drop_before(&self.pool, cutoff_ns).await
+        self.caches
+            .partitions
+            .drop_before(&self.pool, cutoff_ns)
+            .await
     }
 
     /// Stored size of all token blocks and their token count (for the storage benchmark).

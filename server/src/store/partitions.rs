@@ -43,10 +43,18 @@ pub struct Partitions {
 }
 
 impl Partitions {
-    pub async fn ensure(&self, pool: &PgPool, table: &'static str, days: impl IntoIterator<Item = i64>) -> Result<()> {
+    pub async fn ensure(
+        &self,
+        pool: &PgPool,
+        table: &'static str,
+        days: impl IntoIterator<Item = i64>,
+    ) -> Result<()> {
         let missing: Vec<i64> = {
             let known = self.known.lock().expect("partition cache poisoned");
-            let mut days: Vec<i64> = days.into_iter().filter(|d| !known.contains(&(table, *d))).collect();
+            let mut days: Vec<i64> = days
+                .into_iter()
+                .filter(|d| !known.contains(&(table, *d)))
+                .collect();
             days.sort_unstable();
             days.dedup();
             days
@@ -70,7 +78,10 @@ impl Partitions {
                     return Err(e.into());
                 }
             }
-            self.known.lock().expect("partition cache poisoned").insert((table, day));
+            self.known
+                .lock()
+                .expect("partition cache poisoned")
+                .insert((table, day));
         }
         Ok(())
     }
@@ -88,10 +99,17 @@ impl Partitions {
             .fetch_all(pool)
             .await?;
             for name in parts {
-                let Some(day) = parse_day(table, &name) else { continue };
+                let Some(day) = parse_day(table, &name) else {
+                    continue;
+                };
                 if (day + 1) * DAY_NS <= cutoff_ns {
-                    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {name}"))).execute(pool).await?;
-                    self.known.lock().expect("partition cache poisoned").remove(&(table, day));
+                    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {name}")))
+                        .execute(pool)
+                        .await?;
+                    self.known
+                        .lock()
+                        .expect("partition cache poisoned")
+                        .remove(&(table, day));
                     dropped.push(name);
                 }
             }
@@ -105,7 +123,11 @@ fn parse_day(table: &str, name: &str) -> Option<i64> {
     if digits.len() != 8 {
         return None;
     }
-    let (y, m, d): (i64, u32, u32) = (digits[..4].parse().ok()?, digits[4..6].parse().ok()?, digits[6..].parse().ok()?);
+    let (y, m, d): (i64, u32, u32) = (
+        digits[..4].parse().ok()?,
+        digits[4..6].parse().ok()?,
+        digits[6..].parse().ok()?,
+    );
     // Inverse of civil_from_days (days_from_civil).
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -127,7 +149,10 @@ mod tests {
         let day = day_of(t);
         assert_eq!(partition_name("requests", day), "requests_p20261130");
         for d in [0, day, -1, 10_957, 47_482] {
-            assert_eq!(parse_day("requests", &partition_name("requests", d)), Some(d));
+            assert_eq!(
+                parse_day("requests", &partition_name("requests", d)),
+                Some(d)
+            );
         }
         assert_eq!(partition_name("iterations", 0), "iterations_p19700101");
     }

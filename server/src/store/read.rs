@@ -1,6 +1,9 @@
 //! The read path: request lists, one request with its tokens, instances.
 
-use app::analysis::{stages::stages, token_view::{StepLoad, token_views}};
+use app::analysis::{
+    stages::stages,
+    token_view::{StepLoad, token_views},
+};
 use app::api::{InstanceInfo, RequestDetail, RequestSummary};
 use app::model::{EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
 
@@ -72,7 +75,11 @@ impl Store {
             .collect())
     }
 
-    pub async fn get_request(&self, request_id: &str, instance: Option<&str>) -> Result<RequestDetail> {
+    pub async fn get_request(
+        &self,
+        request_id: &str,
+        instance: Option<&str>,
+    ) -> Result<RequestDetail> {
         let mut rows = sqlx::query!(
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
@@ -88,8 +95,12 @@ impl Store {
         .await?;
         let row = match rows.len() {
             0 => {
-                let where_ = instance.map(|i| format!(" on instance {i:?}")).unwrap_or_default();
-                return Err(Error::NotFound(format!("no request {request_id:?}{where_}")));
+                let where_ = instance
+                    .map(|i| format!(" on instance {i:?}"))
+                    .unwrap_or_default();
+                return Err(Error::NotFound(format!(
+                    "no request {request_id:?}{where_}"
+                )));
             }
             1 => rows.remove(0),
             _ => {
@@ -109,7 +120,11 @@ impl Store {
                 let mut ids: Vec<u32> = refs.iter().map(|r| r.token_id).collect();
                 ids.sort_unstable();
                 ids.dedup();
-                let vocab = self.caches.vocab.lookup(&self.pool, row.model_id, &ids).await?;
+                let vocab = self
+                    .caches
+                    .vocab
+                    .lookup(&self.pool, row.model_id, &ids)
+                    .await?;
                 token_block::fill_vocab(&mut tokens, &refs, &vocab);
                 tokens
             }
@@ -164,7 +179,12 @@ impl Store {
 
     /// Batch size and queue length of the iterations that produced the request's tokens.
     async fn step_loads(&self, instance_id: i32, r: &RequestTrace) -> Result<Vec<StepLoad>> {
-        let mut ids: Vec<i64> = r.tokens.iter().filter_map(|t| t.iteration).map(|i| i as i64).collect();
+        let mut ids: Vec<i64> = r
+            .tokens
+            .iter()
+            .filter_map(|t| t.iteration)
+            .map(|i| i as i64)
+            .collect();
         if ids.is_empty() {
             return Ok(Vec::new());
         }

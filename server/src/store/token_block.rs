@@ -87,11 +87,18 @@ fn put_text(state: &mut Writer, inline: &mut Writer, text: Option<&str>, vocab: 
 
 /// Encodes `tokens`; `base_ns` is the request's arrival (emitted times are stored as deltas);
 /// `vocab` gives the model's stored text of a token id, if known.
-pub fn encode<'v>(tokens: &[Token], base_ns: Nanos, vocab: impl Fn(u32) -> Option<&'v str>) -> Vec<u8> {
+pub fn encode<'v>(
+    tokens: &[Token],
+    base_ns: Nanos,
+    vocab: impl Fn(u32) -> Option<&'v str>,
+) -> Vec<u8> {
     let mut c = Columns::default();
     let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
     for t in tokens {
-        let pos = t.candidates.iter().position(|cand| cand.token_id == t.token_id);
+        let pos = t
+            .candidates
+            .iter()
+            .position(|cand| cand.token_id == t.token_id);
         match pos {
             Some(k) => c.chosen_pos.varint(k as u64 + 1),
             None => {
@@ -128,7 +135,12 @@ pub fn encode<'v>(tokens: &[Token], base_ns: Nanos, vocab: impl Fn(u32) -> Optio
         }
         c.rank.varint(t.rank.map_or(0, |r| u64::from(r) + 1));
         c.special.u8(t.special.code());
-        put_text(&mut c.text_state, &mut c.text, t.text.as_deref(), vocab(t.token_id));
+        put_text(
+            &mut c.text_state,
+            &mut c.text,
+            t.text.as_deref(),
+            vocab(t.token_id),
+        );
         c.cand_count.varint(t.candidates.len() as u64);
         let mut last_q = 0i64;
         for cand in &t.candidates {
@@ -136,20 +148,38 @@ pub fn encode<'v>(tokens: &[Token], base_ns: Nanos, vocab: impl Fn(u32) -> Optio
             let q = quantize(cand.logprob);
             c.cand_logprob.signed(q.wrapping_sub(last_q));
             last_q = q;
-            put_text(&mut c.cand_text_state, &mut c.cand_text, cand.text.as_deref(), vocab(cand.token_id));
+            put_text(
+                &mut c.cand_text_state,
+                &mut c.cand_text,
+                cand.text.as_deref(),
+                vocab(cand.token_id),
+            );
         }
     }
     let mut out = Writer::default();
     out.u8(VERSION);
     out.varint(tokens.len() as u64);
     for column in [
-        c.chosen_pos, c.token_id, c.emitted, c.iteration, c.logprob_src, c.logprob, c.rank,
-        c.special, c.text_state, c.text, c.cand_count, c.cand_id, c.cand_logprob,
-        c.cand_text_state, c.cand_text,
+        c.chosen_pos,
+        c.token_id,
+        c.emitted,
+        c.iteration,
+        c.logprob_src,
+        c.logprob,
+        c.rank,
+        c.special,
+        c.text_state,
+        c.text,
+        c.cand_count,
+        c.cand_id,
+        c.cand_logprob,
+        c.cand_text_state,
+        c.cand_text,
     ] {
         out.section(column);
     }
-    zstd::bulk::compress(&out.buf, ZSTD_LEVEL).expect("zstd compression of an in-memory buffer cannot fail")
+    zstd::bulk::compress(&out.buf, ZSTD_LEVEL)
+        .expect("zstd compression of an in-memory buffer cannot fail")
 }
 
 fn get_text(state: &mut Reader, inline: &mut Reader) -> Result<(Option<String>, bool)> {
@@ -195,7 +225,11 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
     let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
     for i in 0..n {
         let pos = chosen_pos.varint()? as usize;
-        let explicit_id = if pos == 0 { Some(token_id.u32()?) } else { None };
+        let explicit_id = if pos == 0 {
+            Some(token_id.u32()?)
+        } else {
+            None
+        };
         let emitted_ns = match emitted.varint()? {
             0 => None,
             _ => {
@@ -231,20 +265,37 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
             last_q = last_q.wrapping_add(cand_logprob.signed()?);
             let (text, is_ref) = get_text(&mut cand_text_state, &mut cand_text)?;
             if is_ref {
-                refs.push(VocabRef { token: i, candidate: Some(j), token_id: id });
+                refs.push(VocabRef {
+                    token: i,
+                    candidate: Some(j),
+                    token_id: id,
+                });
             }
-            candidates.push(Candidate { token_id: id, text, logprob: dequantize(last_q) });
+            candidates.push(Candidate {
+                token_id: id,
+                text,
+                logprob: dequantize(last_q),
+            });
         }
         let chosen = match (explicit_id, pos) {
             (Some(id), _) => id,
             (None, p) => candidates.get(p - 1).ok_or_else(corrupt)?.token_id,
         };
         let logprob = match lp_src {
-            LOGPROB_OF_CANDIDATE => Some(candidates.get(pos.wrapping_sub(1)).ok_or_else(corrupt)?.logprob),
+            LOGPROB_OF_CANDIDATE => Some(
+                candidates
+                    .get(pos.wrapping_sub(1))
+                    .ok_or_else(corrupt)?
+                    .logprob,
+            ),
             _ => lp_inline,
         };
         if text_is_ref {
-            refs.push(VocabRef { token: i, candidate: None, token_id: chosen });
+            refs.push(VocabRef {
+                token: i,
+                candidate: None,
+                token_id: chosen,
+            });
         }
         tokens.push(Token {
             token_id: chosen,
@@ -287,8 +338,16 @@ mod tests {
                 text: Some("Hello".into()),
                 special: SpecialToken::None,
                 candidates: vec![
-                    Candidate { token_id: 9906, text: Some("Hello".into()), logprob: -0.125 },
-                    Candidate { token_id: 13347, text: Some("Hi".into()), logprob: -2.5 },
+                    Candidate {
+                        token_id: 9906,
+                        text: Some("Hello".into()),
+                        logprob: -0.125,
+                    },
+                    Candidate {
+                        token_id: 13347,
+                        text: Some("Hi".into()),
+                        logprob: -2.5,
+                    },
                 ],
             },
             Token {
@@ -300,21 +359,39 @@ mod tests {
                 text: Some("<|eot_id|>".into()),
                 special: SpecialToken::Eos,
                 candidates: vec![
-                    Candidate { token_id: 0, text: None, logprob: -0.5 },
-                    Candidate { token_id: 1, text: Some(" odd".into()), logprob: -1.0 },
+                    Candidate {
+                        token_id: 0,
+                        text: None,
+                        logprob: -0.5,
+                    },
+                    Candidate {
+                        token_id: 1,
+                        text: Some(" odd".into()),
+                        logprob: -1.0,
+                    },
                 ],
             },
-            Token { token_id: 5, ..Token::default() },
+            Token {
+                token_id: 5,
+                ..Token::default()
+            },
         ]
     }
 
     #[test]
     fn round_trips_exactly_for_representable_logprobs() {
         let tokens = sample();
-        let vocab: HashMap<u32, Arc<str>> = [(9906, "Hello".into()), (1, " different".into())].into();
-        let block = encode(&tokens, 1_700_000_000_000_000_000, |id| vocab.get(&id).map(|s| &**s));
+        let vocab: HashMap<u32, Arc<str>> =
+            [(9906, "Hello".into()), (1, " different".into())].into();
+        let block = encode(&tokens, 1_700_000_000_000_000_000, |id| {
+            vocab.get(&id).map(|s| &**s)
+        });
         let (mut back, refs) = decode(&block, 1_700_000_000_000_000_000).unwrap();
-        assert_eq!(refs.len(), 2, "chosen and candidate 'Hello' are stored as vocab references");
+        assert_eq!(
+            refs.len(),
+            2,
+            "chosen and candidate 'Hello' are stored as vocab references"
+        );
         fill_vocab(&mut back, &refs, &vocab);
         assert_eq!(back, tokens);
     }

@@ -46,7 +46,10 @@ impl VocabCache {
             return Ok(found);
         }
         // Ids are stored as int4; vocabularies are far below 2^31, and the cast round-trips anyway.
-        let (ids, texts): (Vec<i32>, Vec<String>) = missing.iter().map(|(&id, &t)| (id as i32, t.to_string())).unzip();
+        let (ids, texts): (Vec<i32>, Vec<String>) = missing
+            .iter()
+            .map(|(&id, &t)| (id as i32, t.to_string()))
+            .unzip();
         sqlx::query!(
             "INSERT INTO vocab (model_id, token_id, text) SELECT $1::int, * FROM UNNEST($2::int[], $3::text[])
              ON CONFLICT DO NOTHING",
@@ -62,7 +65,12 @@ impl VocabCache {
     }
 
     /// Texts of the given ids (for decoding), from the cache or the database.
-    pub async fn lookup(&self, pool: &PgPool, model_id: i32, ids: &[u32]) -> Result<HashMap<u32, Arc<str>>> {
+    pub async fn lookup(
+        &self,
+        pool: &PgPool,
+        model_id: i32,
+        ids: &[u32],
+    ) -> Result<HashMap<u32, Arc<str>>> {
         let mut found = HashMap::new();
         let mut missing = Vec::new();
         {

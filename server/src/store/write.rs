@@ -5,7 +5,10 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use app::analysis::metrics::request_metrics;
-use app::model::{unhex, KvTransfer, Nanos, Phase, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams};
+use app::model::{
+    KvTransfer, Nanos, Phase, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams,
+    unhex,
+};
 
 use super::{Store, batch_block, partitions::day_of, token_block};
 use crate::error::Result;
@@ -44,7 +47,13 @@ impl Store {
     }
 
     async fn model_id(&self, name: &str) -> Result<i32> {
-        if let Some(&id) = self.caches.models.lock().expect("model cache poisoned").get(name) {
+        if let Some(&id) = self
+            .caches
+            .models
+            .lock()
+            .expect("model cache poisoned")
+            .get(name)
+        {
             return Ok(id);
         }
         // DO UPDATE (a no-op) rather than DO NOTHING so that RETURNING yields the existing id too.
@@ -54,7 +63,11 @@ impl Store {
         )
         .fetch_one(&self.pool)
         .await?;
-        self.caches.models.lock().expect("model cache poisoned").insert(name.to_string(), id);
+        self.caches
+            .models
+            .lock()
+            .expect("model cache poisoned")
+            .insert(name.to_string(), id);
         Ok(id)
     }
 
@@ -69,13 +82,31 @@ impl Store {
         let mut texts: Vec<(u32, &str)> = Vec::new();
         for t in requests.iter().flat_map(|r| &r.tokens) {
             texts.extend(t.text.as_deref().map(|x| (t.token_id, x)));
-            texts.extend(t.candidates.iter().filter_map(|c| c.text.as_deref().map(|x| (c.token_id, x))));
+            texts.extend(
+                t.candidates
+                    .iter()
+                    .filter_map(|c| c.text.as_deref().map(|x| (c.token_id, x))),
+            );
         }
-        let vocab = self.caches.vocab.resolve(&self.pool, model_id, texts.into_iter()).await?;
+        let vocab = self
+            .caches
+            .vocab
+            .resolve(&self.pool, model_id, texts.into_iter())
+            .await?;
         let parts = &self.caches.partitions;
-        parts.ensure(&self.pool, "requests", requests.iter().map(|r| day_of(r.arrival_ns))).await?;
         parts
-            .ensure(&self.pool, "iterations", batch.iterations.iter().map(|i| day_of(i.value.start_ns)))
+            .ensure(
+                &self.pool,
+                "requests",
+                requests.iter().map(|r| day_of(r.arrival_ns)),
+            )
+            .await?;
+        parts
+            .ensure(
+                &self.pool,
+                "iterations",
+                batch.iterations.iter().map(|i| day_of(i.value.start_ns)),
+            )
             .await?;
 
         let mut rows = RequestRows::default();
@@ -86,11 +117,16 @@ impl Store {
         let (first_seen, last_seen) = seen_range(batch);
 
         let mut tx = self.pool.begin().await?;
-        let instance_id = upsert_instance(&mut tx, resource, model_id, first_seen, last_seen).await?;
+        let instance_id =
+            upsert_instance(&mut tx, resource, model_id, first_seen, last_seen).await?;
         // Serialises writers of one instance, so the duplicate check below cannot race.
-        sqlx::query!("SELECT pg_advisory_xact_lock($1, $2)", LOCK_SPACE, instance_id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            "SELECT pg_advisory_xact_lock($1, $2)",
+            LOCK_SPACE,
+            instance_id
+        )
+        .execute(&mut *tx)
+        .await?;
         let existing: HashSet<String> = sqlx::query_scalar!(
             "SELECT request_id FROM requests WHERE instance_id = $1 AND request_id = ANY($2)",
             instance_id,
@@ -193,11 +229,19 @@ async fn upsert_instance(
 }
 
 fn seen_range(batch: &ResourceBatch) -> (Nanos, Nanos) {
-    let requests = batch.requests.iter().map(|r| (r.value.arrival_ns, r.value.finished_ns));
-    let iterations = batch.iterations.iter().map(|i| (i.value.start_ns, i.value.end_ns));
+    let requests = batch
+        .requests
+        .iter()
+        .map(|r| (r.value.arrival_ns, r.value.finished_ns));
+    let iterations = batch
+        .iterations
+        .iter()
+        .map(|i| (i.value.start_ns, i.value.end_ns));
     requests
         .chain(iterations)
-        .fold((Nanos::MAX, Nanos::MIN), |(lo, hi), (a, b)| (lo.min(a), hi.max(b)))
+        .fold((Nanos::MAX, Nanos::MIN), |(lo, hi), (a, b)| {
+            (lo.min(a), hi.max(b))
+        })
 }
 
 /// Requests as parallel arrays, the shape `UNNEST` inserts in one statement.
@@ -244,12 +288,16 @@ impl RequestRows {
         self.prompt_tokens.push(int(r.prompt_tokens));
         self.output_tokens.push(int(r.output_tokens));
         self.cached_tokens.push(int(r.cached_tokens));
-        self.finish_reason.push(r.finish_reason.as_str().to_string());
+        self.finish_reason
+            .push(r.finish_reason.as_str().to_string());
         self.trace_id.push(r.trace_id.as_deref().and_then(unhex));
-        self.parent_span_id.push(r.parent_span_id.as_deref().and_then(unhex));
-        self.detail.push(serde_json::to_value(detail).expect("Detail serializes to JSON"));
-        self.tokens
-            .push((!r.tokens.is_empty()).then(|| token_block::encode(&r.tokens, r.arrival_ns, vocab)));
+        self.parent_span_id
+            .push(r.parent_span_id.as_deref().and_then(unhex));
+        self.detail
+            .push(serde_json::to_value(detail).expect("Detail serializes to JSON"));
+        self.tokens.push(
+            (!r.tokens.is_empty()).then(|| token_block::encode(&r.tokens, r.arrival_ns, vocab)),
+        );
     }
 
     /// Keeps the rows not stored yet: not in `existing`, and not repeated earlier in this batch.

@@ -33,9 +33,14 @@ pub async fn fresh_database() -> String {
         "ts_test_{}_{}_{}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::SeqCst),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
     );
-    let mut conn = PgConnection::connect(&admin).await.expect("connect to the test cluster");
+    let mut conn = PgConnection::connect(&admin)
+        .await
+        .expect("connect to the test cluster");
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
         .await
@@ -58,7 +63,12 @@ pub async fn spawn_app() -> TestApp {
     .await
     .expect("server starts");
     let http = format!("http://{}", running.http_addr);
-    TestApp { running, http, client: reqwest::Client::new(), database_url }
+    TestApp {
+        running,
+        http,
+        client: reqwest::Client::new(),
+        database_url,
+    }
 }
 
 impl TestApp {
@@ -70,7 +80,11 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.client.get(format!("{}{path}", self.http)).send().await.expect("GET")
+        self.client
+            .get(format!("{}{path}", self.http))
+            .send()
+            .await
+            .expect("GET")
     }
 
     pub async fn get_json(&self, path: &str) -> serde_json::Value {
@@ -90,8 +104,14 @@ impl TestApp {
     }
 }
 
-pub fn export(resource: &Resource, requests: &[RequestTrace], iterations: &[Iteration]) -> v1::ExportRequest {
-    v1::ExportRequest { resource_traces: vec![to_wire(resource, requests, iterations)] }
+pub fn export(
+    resource: &Resource,
+    requests: &[RequestTrace],
+    iterations: &[Iteration],
+) -> v1::ExportRequest {
+    v1::ExportRequest {
+        resource_traces: vec![to_wire(resource, requests, iterations)],
+    }
 }
 
 /// 2026-11-30T07:00:00Z in Unix nanoseconds.
