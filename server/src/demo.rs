@@ -39,7 +39,7 @@ pub async fn load(store: &Store, if_empty: bool) -> Result<()> {
             .collect();
         let iterations: Vec<_> = requests
             .iter()
-            .flat_map(|r| fixtures::iterations_for(r, 8, (r.prompt_tokens / 1000) as u32))
+            .flat_map(|r| fixtures::iterations_for(r, 8, r.prompt_tokens / 1000))
             .collect();
         resource_traces.push(native::to_wire(
             &fixtures::resource(instance),

@@ -55,6 +55,12 @@ impl From<sqlx::Error> for Error {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
                 Error::Unavailable(e.to_string())
             }
+            // Serialization failure and deadlock: the same batch succeeds when sent again.
+            sqlx::Error::Database(ref db)
+                if matches!(db.code().as_deref(), Some("40001" | "40P01")) =>
+            {
+                Error::Unavailable(format!("{e}; retry the batch"))
+            }
             other => Error::Internal(other.to_string()),
         }
     }

@@ -13,7 +13,7 @@ impl Rng {
         Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -22,7 +22,7 @@ impl Rng {
 
     /// Uniform in `0..n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 }
 
@@ -147,8 +147,8 @@ pub fn request(
     let prompt_tokens = 200 + rng.below(3000) as u32;
     RequestTrace {
         request_id: id.into(),
-        trace_id: Some(format!("{:016x}{:016x}", rng.next(), rng.next())),
-        parent_span_id: Some(format!("{:016x}", rng.next())),
+        trace_id: Some(format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64())),
+        parent_span_id: Some(format!("{:016x}", rng.next_u64())),
         arrival_ns,
         queued_ns: Some(queued),
         first_scheduled_ns: Some(scheduled),
@@ -203,4 +203,26 @@ pub fn iterations_for(r: &RequestTrace, batch_size: u32, waiting: u32) -> Vec<It
             kv_cache_usage: 0.5,
         })
         .collect()
+}
+
+/// The iterations of requests decoded together (they must share `first_iteration`): one record
+/// per step with every request of the group in its batch, timed by the first request.
+pub fn shared_iterations(group: &[RequestTrace], waiting: u32) -> Vec<Iteration> {
+    let Some(lead) = group.first() else {
+        return Vec::new();
+    };
+    let mut its = iterations_for(lead, 1, waiting);
+    for it in &mut its {
+        it.batch = group
+            .iter()
+            .map(|r| BatchEntry {
+                request_id: r.request_id.clone(),
+                phase: Phase::Decode,
+                tokens: 1,
+                prefill_offset: 0,
+            })
+            .collect();
+        it.running = group.len() as u32;
+    }
+    its
 }

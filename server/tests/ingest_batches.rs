@@ -80,10 +80,7 @@ async fn one_invalid_item_is_rejected_and_the_rest_is_stored() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(
-        (reply.accepted_requests, reply.rejected_requests),
-        (2, 0 + 1)
-    );
+    assert_eq!((reply.accepted_requests, reply.rejected_requests), (2, 1));
     let rej = &reply.rejections[0];
     assert_eq!(
         rej.item,
@@ -114,7 +111,8 @@ async fn one_invalid_item_is_rejected_and_the_rest_is_stored() {
 async fn invalid_values_are_named() {
     let app = spawn_app().await;
     let mut grpc = app.grpc().await;
-    let cases: Vec<(&str, Box<dyn Fn(&mut tokenscope::proto::v1::Request)>)> = vec![
+    type Breaker = Box<dyn Fn(&mut tokenscope::proto::v1::Request)>;
+    let cases: Vec<(&str, Breaker)> = vec![
         ("arrival_ns", Box::new(|r| r.arrival_ns = 1_796_022_000)), // seconds sent as nanoseconds
         ("request_id", Box::new(|r| r.request_id.clear())),
         (

@@ -35,7 +35,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Bytes of a hex id; `None` when it is not an even run of hex digits.
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len() / 2)

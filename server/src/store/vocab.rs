@@ -46,10 +46,14 @@ impl VocabCache {
             return Ok(found);
         }
         // Ids are stored as int4; vocabularies are far below 2^31, and the cast round-trips anyway.
-        let (ids, texts): (Vec<i32>, Vec<String>) = missing
+        // Sorted, so concurrent writers lock the unique-index entries in the same order and
+        // cannot deadlock on overlapping ids.
+        let mut rows: Vec<(i32, String)> = missing
             .iter()
             .map(|(&id, &t)| (id as i32, t.to_string()))
-            .unzip();
+            .collect();
+        rows.sort_unstable();
+        let (ids, texts): (Vec<i32>, Vec<String>) = rows.into_iter().unzip();
         sqlx::query!(
             "INSERT INTO vocab (model_id, token_id, text) SELECT $1::int, * FROM UNNEST($2::int[], $3::text[])
              ON CONFLICT DO NOTHING",
