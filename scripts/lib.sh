@@ -45,7 +45,9 @@ ensure_sqlx_cli() {
 }
 
 ensure_browser_tools() {
-  apt_install chromium nodejs npm
+  apt_install chromium
+  # Node may come from elsewhere than Debian (its npm then conflicts with Debian's): check commands.
+  command -v npm >/dev/null || apt_install nodejs npm
   if [ ! -d "$ROOT/end2end/node_modules/playwright-core" ]; then
     log "installing end-to-end test tools (npm, no browser download)"
     (cd "$ROOT/end2end" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
