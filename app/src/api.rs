@@ -65,6 +65,8 @@ pub struct TokenView {
     /// Which special token ("eos", "bos", "pad", "other"); "none" for ordinary text.
     pub special: SpecialToken,
     pub emitted_ns: Option<Nanos>,
+    /// When the step that produced the token was scheduled: emitted − scheduled is compute time.
+    pub scheduled_ns: Option<Nanos>,
     /// Gap since the previous token; for token 0, the time to first token.
     pub latency_ms: Option<f64>,
     pub iteration: Option<u64>,

@@ -131,6 +131,9 @@ pub fn request(
             Token {
                 token_id,
                 emitted_ns: Some(at),
+                scheduled_ns: Some(at - 15_000_000),
+                batch_size: None,
+                waiting: None,
                 iteration: Some(first_iteration + i as u64),
                 logprob: Some(logprob),
                 rank,

@@ -1,4 +1,5 @@
-//! Starts the whole server: database, HTTP (UI + JSON API + JSON ingest) and gRPC ingest.
+//! Starts the whole server: database, HTTP (UI, JSON API, JSON and OTLP/HTTP ingest) and gRPC
+//! (native and OTLP ingest on one port).
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,8 +15,10 @@ use tower_http::{
 
 use crate::error::{Error, Result};
 use crate::ingest::grpc::IngestService;
+use crate::ingest::otlp_endpoints::OtlpTraceService;
 use crate::proto::v1::trace_ingest_server::TraceIngestServer;
 use crate::store::Store;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -67,9 +70,16 @@ pub async fn start(config: Config) -> Result<Running> {
         .map_err(|e| Error::Internal(e.to_string()))?;
 
     let app = http_app(&config, store.clone(), http_addr);
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     let http = tokio::spawn(async move { axum::serve(http_listener, app).await });
 
     let ingest = TraceIngestServer::new(IngestService {
+        store: store.clone(),
+    })
+    .max_decoding_message_size(config.max_message_bytes)
+    .accept_compressed(CompressionEncoding::Gzip)
+    .send_compressed(CompressionEncoding::Gzip);
+    let otlp = TraceServiceServer::new(OtlpTraceService {
         store: store.clone(),
     })
     .max_decoding_message_size(config.max_message_bytes)
@@ -79,6 +89,7 @@ pub async fn start(config: Config) -> Result<Running> {
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(ingest)
+            .add_service(otlp)
             .serve_with_incoming(incoming),
     );
 

@@ -41,6 +41,7 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad]) -> Vec<TokenView> {
                 is_special: t.special.is_special(),
                 special: t.special,
                 emitted_ns: t.emitted_ns,
+                scheduled_ns: t.scheduled_ns,
                 latency_ms,
                 iteration: t.iteration,
                 logprob: t.logprob,
@@ -54,8 +55,9 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad]) -> Vec<TokenView> {
                         logprob: c.logprob,
                     })
                     .collect(),
-                batch_size: step.map(|s| s.batch_size),
-                waiting: step.map(|s| s.waiting),
+                // Iteration records are the engine's own view; per-token reports are the fallback.
+                batch_size: step.map(|s| s.batch_size).or(t.batch_size),
+                waiting: step.map(|s| s.waiting).or(t.waiting),
             }
         })
         .collect()

@@ -45,6 +45,8 @@ pub struct Token {
     pub token_id: u32,
     /// When the engine emitted the token (end of the iteration that produced it).
     pub emitted_ns: Option<Nanos>,
+    /// When the iteration that produced it was scheduled (start of compute).
+    pub scheduled_ns: Option<Nanos>,
     /// Engine iteration that produced it.
     pub iteration: Option<u64>,
     pub logprob: Option<f32>,
@@ -54,6 +56,10 @@ pub struct Token {
     pub special: SpecialToken,
     /// Top-k alternatives in rank order, most likely first.
     pub candidates: Vec<Candidate>,
+    /// Batch size and queue length at this token's step, when the engine reports them per token
+    /// rather than as iteration records.
+    pub batch_size: Option<u32>,
+    pub waiting: Option<u32>,
 }
 
 impl Token {

@@ -166,6 +166,14 @@ fn tokens(r: &RequestTrace) -> Check {
             )?;
             previous = at;
         }
+        if let (Some(at), Some(emitted)) = (t.scheduled_ns, t.emitted_ns) {
+            check_within(
+                &format!("tokens.scheduled_ns[{i}]"),
+                at,
+                r.arrival_ns,
+                emitted,
+            )?;
+        }
         if let Some(lp) = t.logprob {
             ensure(
                 lp <= 1e-3 && !lp.is_nan(),

@@ -1,11 +1,13 @@
 //! Ingest: turns engine formats into the unified model, validates, and stores a batch.
 //!
-//! Engine formats are known only to the adapters in this module (`native` so far). Everything an
+//! Engine formats are known only to the adapters in this module (`native`, `otlp`). Everything an
 //! adapter produces goes through [`normalize`] and the model's validation before the store sees it.
 
 pub mod grpc;
 pub mod http;
 pub mod native;
+pub mod otlp;
+pub mod otlp_endpoints;
 
 use app::model::{Iteration, RequestTrace, Resource, validate};
 

@@ -194,6 +194,9 @@ fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
     let rank = column("rank", c.rank, n)?;
     let text = column("text", c.text, n)?;
     let special = column("special", c.special, n)?;
+    let scheduled = column("scheduled_ns", c.scheduled_ns, n)?;
+    let batch_size = column("batch_size", c.batch_size, n)?;
+    let waiting = column("waiting", c.waiting, n)?;
     let counts = column("candidate_count", c.candidate_count, n)?;
     let total: u64 = counts.iter().flatten().map(|&k| u64::from(k)).sum();
     for (name, len) in [
@@ -247,6 +250,9 @@ fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
         out.push(Token {
             token_id: c.token_id[i],
             emitted_ns: emitted.as_ref().map(|e| e[i]),
+            scheduled_ns: scheduled.as_ref().map(|e| e[i]),
+            batch_size: batch_size.as_ref().map(|b| b[i]),
+            waiting: waiting.as_ref().map(|w| w[i]),
             iteration: iteration.as_ref().map(|it| it[i]),
             logprob: logprob.as_ref().map(|l| l[i]),
             rank: rank.as_ref().and_then(|r| (r[i] != 0).then_some(r[i])),
@@ -348,6 +354,15 @@ fn request_to_wire(r: &RequestTrace) -> v1::Request {
     };
     if all(|x| x.emitted_ns.is_some()) {
         cols.emitted_ns = t.iter().filter_map(|x| x.emitted_ns).collect();
+    }
+    if all(|x| x.scheduled_ns.is_some()) {
+        cols.scheduled_ns = t.iter().filter_map(|x| x.scheduled_ns).collect();
+    }
+    if all(|x| x.batch_size.is_some()) {
+        cols.batch_size = t.iter().filter_map(|x| x.batch_size).collect();
+    }
+    if all(|x| x.waiting.is_some()) {
+        cols.waiting = t.iter().filter_map(|x| x.waiting).collect();
     }
     if all(|x| x.iteration.is_some()) {
         cols.iteration_id = t.iter().filter_map(|x| x.iteration).collect();

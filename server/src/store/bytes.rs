@@ -207,12 +207,13 @@ mod tests {
 
     #[test]
     fn planes_round_trip_and_detect_truncation() {
-        let cases: [Vec<u64>; 5] = [
+        let cases: [Vec<u64>; 6] = [
             vec![],
             vec![7, 7],
             vec![1, 255, 256, 70_000, u64::MAX],
             (0..1000).map(|i| 18_000_000 + i * 9_001).collect(),
             (0..77).map(|i| (i * 37) % 5).collect(),
+            vec![120_000_000, 30_000_000, 30_000_000, 30_000_000],
         ];
         for values in cases {
             let mut w = Writer::default();

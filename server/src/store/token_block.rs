@@ -64,6 +64,11 @@ struct Columns {
     token_id: Vec<u64>,
     emitted_present: Writer,
     emitted: Vec<u64>,
+    scheduled_present: Writer,
+    /// Emitted − scheduled (compute time), so values stay small.
+    scheduled: Vec<u64>,
+    batch_size: Writer,
+    waiting: Writer,
     iteration: Writer,
     logprob_src: Writer,
     logprob: Vec<u64>,
@@ -115,6 +120,14 @@ pub fn encode<'v>(
             c.emitted.push(at.wrapping_sub(last_emitted) as u64);
             last_emitted = at;
         }
+        c.scheduled_present.u8(u8::from(t.scheduled_ns.is_some()));
+        if let Some(at) = t.scheduled_ns {
+            c.scheduled.push(last_emitted.wrapping_sub(at) as u64);
+        }
+        // 0 = not reported, else value + 1.
+        c.batch_size
+            .varint(t.batch_size.map_or(0, |b| u64::from(b) + 1));
+        c.waiting.varint(t.waiting.map_or(0, |w| u64::from(w) + 1));
         match t.iteration {
             None => c.iteration.varint(0),
             Some(id) => {
@@ -160,6 +173,9 @@ pub fn encode<'v>(
     for column in [
         c.chosen_pos,
         c.emitted_present,
+        c.scheduled_present,
+        c.batch_size,
+        c.waiting,
         c.iteration,
         c.logprob_src,
         c.rank,
@@ -176,6 +192,7 @@ pub fn encode<'v>(
     for column in [
         &c.token_id,
         &c.emitted,
+        &c.scheduled,
         &c.logprob,
         &c.cand_id,
         &c.cand_logprob,
@@ -246,6 +263,9 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
     let mut r = Reader::new(&control, "token block");
     let mut chosen_pos = r.section()?;
     let mut emitted_present = r.section()?;
+    let mut scheduled_present = r.section()?;
+    let mut batch_size = r.section()?;
+    let mut waiting = r.section()?;
     let mut iteration = r.section()?;
     let mut logprob_src = r.section()?;
     let mut rank = r.section()?;
@@ -258,6 +278,7 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
     let mut r = Reader::new(&numeric, "token block");
     let mut token_id = Column::new(r.planes()?);
     let mut emitted = Column::new(r.planes()?);
+    let mut scheduled = Column::new(r.planes()?);
     let mut logprob = Column::new(r.planes()?);
     let mut cand_id = Column::new(r.planes()?);
     let mut cand_logprob = Column::new(r.planes()?);
@@ -279,6 +300,13 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
                 Some(last_emitted)
             }
         };
+        let scheduled_ns = match scheduled_present.u8()? {
+            0 => None,
+            _ => Some(last_emitted.wrapping_sub(scheduled.next()? as i64)),
+        };
+        let optional = |v: u32| v.checked_sub(1);
+        let batch_size = optional(batch_size.u32()?);
+        let waiting = optional(waiting.u32()?);
         let iteration_id = match iteration.varint()? {
             0 => None,
             _ => {
@@ -342,6 +370,9 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
         tokens.push(Token {
             token_id: chosen,
             emitted_ns,
+            scheduled_ns,
+            batch_size,
+            waiting,
             iteration: iteration_id,
             logprob,
             rank,
@@ -374,6 +405,9 @@ mod tests {
             Token {
                 token_id: 9906,
                 emitted_ns: Some(base + 35_123_456),
+                scheduled_ns: Some(base + 20_000_001),
+                batch_size: Some(12),
+                waiting: Some(0),
                 iteration: Some(100),
                 logprob: Some(-0.125),
                 rank: Some(1),
@@ -395,6 +429,9 @@ mod tests {
             Token {
                 token_id: 128009,
                 emitted_ns: Some(base + 60_000_001),
+                scheduled_ns: None,
+                batch_size: None,
+                waiting: Some(3),
                 iteration: Some(101),
                 logprob: Some(-2.25),
                 rank: Some(3),

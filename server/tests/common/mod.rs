@@ -89,8 +89,10 @@ impl TestApp {
 
     pub async fn get_json(&self, path: &str) -> serde_json::Value {
         let resp = self.get(path).await;
-        assert_eq!(resp.status(), 200, "GET {path}");
-        resp.json().await.expect("JSON body")
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        assert_eq!(status, 200, "GET {path}: {text}");
+        serde_json::from_str(&text).expect("JSON body")
     }
 
     pub async fn post_json(&self, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
