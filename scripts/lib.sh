@@ -91,7 +91,11 @@ pg_start() {
   # Only throwaway test clusters trade durability for speed; the user's cluster keeps fsync on.
   [ "$mode" = throwaway ] && opts="$opts -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
   if ! "${run[@]}" "$bin/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
-    "${run[@]}" "$bin/pg_ctl" -D "$dir" -l "$dir/server.log" -w -o "$opts" start >/dev/null
+    if ! "${run[@]}" "$bin/pg_ctl" -D "$dir" -l "$dir/server.log" -w -o "$opts" start >/dev/null; then
+      echo "Postgres did not start (port $port in use? choose another with TOKENSCOPE_PG_PORT); its log ends:" >&2
+      tail -n 5 "$dir/server.log" >&2
+      exit 1
+    fi
   fi
 }
 

@@ -101,6 +101,7 @@ async fn end_to_end() {
         site_root: "target/site".into(),
         max_message_bytes: 256 << 20,
         retention_days: 0,
+        assembly_timeout: std::time::Duration::from_secs(2),
     })
     .await
     .unwrap();

@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// Drop data older than this many days (0 keeps everything).
     #[arg(long, env = "TOKENSCOPE_RETENTION_DAYS", default_value_t = 0)]
     pub retention_days: u32,
+    /// Seconds the stage spans of a request wait for its root span (SGLang exports the root last)
+    /// before the request is stored without it.
+    #[arg(long, env = "TOKENSCOPE_ASSEMBLY_TIMEOUT_S", default_value_t = 30)]
+    pub assembly_timeout_s: u64,
 }
 
 impl ServeArgs {
@@ -81,6 +85,7 @@ impl ServeArgs {
             site_root: self.site_root.clone(),
             max_message_bytes: self.max_message_mib << 20,
             retention_days: self.retention_days,
+            assembly_timeout: std::time::Duration::from_secs(self.assembly_timeout_s),
         }
     }
 }

@@ -15,7 +15,7 @@ use tower_http::{
 
 use crate::error::{Error, Result};
 use crate::ingest::grpc::IngestService;
-use crate::ingest::otlp_endpoints::OtlpTraceService;
+use crate::ingest::otlp_endpoints::{Otlp, OtlpTraceService};
 use crate::proto::v1::trace_ingest_server::TraceIngestServer;
 use crate::store::Store;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
@@ -31,6 +31,8 @@ pub struct Config {
     pub max_message_bytes: usize,
     /// Drop partitions older than this many days; 0 keeps everything.
     pub retention_days: u32,
+    /// How long spans of a request wait for its root span before the request is stored without it.
+    pub assembly_timeout: Duration,
 }
 
 /// A started server. Its tasks run until the process (or the test's runtime) ends.
@@ -69,7 +71,8 @@ pub async fn start(config: Config) -> Result<Running> {
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
 
-    let app = http_app(&config, store.clone(), http_addr);
+    let otlp = Otlp::new(store.clone());
+    let app = http_app(&config, store.clone(), otlp.clone(), http_addr);
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
     let http = tokio::spawn(async move { axum::serve(http_listener, app).await });
 
@@ -79,9 +82,8 @@ pub async fn start(config: Config) -> Result<Running> {
     .max_decoding_message_size(config.max_message_bytes)
     .accept_compressed(CompressionEncoding::Gzip)
     .send_compressed(CompressionEncoding::Gzip);
-    let otlp = TraceServiceServer::new(OtlpTraceService {
-        store: store.clone(),
-    })
+    tokio::spawn(sweep_loop(otlp.clone(), config.assembly_timeout));
+    let otlp = TraceServiceServer::new(OtlpTraceService { otlp })
     .max_decoding_message_size(config.max_message_bytes)
     .accept_compressed(CompressionEncoding::Gzip)
     .send_compressed(CompressionEncoding::Gzip);
@@ -106,7 +108,7 @@ pub async fn start(config: Config) -> Result<Running> {
     })
 }
 
-fn http_app(config: &Config, store: Store, addr: SocketAddr) -> Router {
+fn http_app(config: &Config, store: Store, otlp: Otlp, addr: SocketAddr) -> Router {
     let leptos = LeptosOptions::builder()
         .output_name("tokenscope")
         .site_root(config.site_root.as_str())
@@ -121,12 +123,26 @@ fn http_app(config: &Config, store: Store, addr: SocketAddr) -> Router {
         })
         .fallback(leptos_axum::file_and_error_handler(app::shell))
         .with_state(leptos);
+    let otlp_http = Router::new()
+        .route("/v1/traces", axum::routing::post(crate::ingest::otlp_endpoints::post_traces))
+        .with_state(otlp);
     crate::api::router(store)
+        .merge(otlp_http)
         .layer(DefaultBodyLimit::max(config.max_message_bytes))
         .layer(RequestDecompressionLayer::new())
         .merge(ui)
         .layer(CompressionLayer::new())
         .layer(TraceLayer::new_for_http())
+}
+
+async fn sweep_loop(otlp: Otlp, timeout: Duration) {
+    let mut every = tokio::time::interval(Duration::from_secs(1).max(timeout / 10));
+    loop {
+        every.tick().await;
+        if let Err(e) = otlp.sweep(timeout).await {
+            tracing::warn!(error = %e, "storing requests without root spans failed");
+        }
+    }
 }
 
 async fn retention_loop(store: Store, days: u32) {

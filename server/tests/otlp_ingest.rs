@@ -17,6 +17,10 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+fn load_any(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 fn load(rel: &str) -> ExportTraceServiceRequest {
     let text = std::fs::read_to_string(fixtures().join(rel)).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{rel}: {e}"))
@@ -33,18 +37,36 @@ fn golden_fixtures_map_to_their_snapshots() {
             let Some(stem) = name.strip_suffix(".otlp.json") else {
                 continue;
             };
-            let export: ExportTraceServiceRequest =
-                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            let mapped = otlp::decode(export, None);
-            let actual = serde_json::json!({
-                "batches": mapped.decoded.batches.iter().map(|b| serde_json::json!({
-                    "resource": b.resource,
-                    "requests": b.requests.iter().map(|r| &r.value).collect::<Vec<_>>(),
-                })).collect::<Vec<_>>(),
-                "rejections": mapped.decoded.rejections.iter().map(|r| format!("{}: {}: {}", r.item, r.field, r.message)).collect::<Vec<_>>(),
-                "warnings": mapped.warnings,
-                "ignored_spans": mapped.ignored_spans,
-            });
+            // A file holds one export, or an array of exports sent one after another.
+            let exports: Vec<ExportTraceServiceRequest> = match load_any(&path) {
+                serde_json::Value::Array(items) => {
+                    items.iter().map(|v| serde_json::from_str(&v.to_string()).unwrap()).collect()
+                }
+                one => vec![serde_json::from_str(&one.to_string()).unwrap()],
+            };
+            let assembler = otlp::assemble::Assembler::default();
+            let steps: Vec<serde_json::Value> = exports
+                .into_iter()
+                .map(|export| {
+                    let mapped = otlp::decode(export, None, &assembler);
+                    serde_json::json!({
+                        "batches": mapped.decoded.batches.iter().map(|b| serde_json::json!({
+                            "resource": b.resource,
+                            "requests": b.requests.iter().map(|r| &r.value).collect::<Vec<_>>(),
+                        })).collect::<Vec<_>>(),
+                        "rejections": mapped.decoded.rejections.iter()
+                            .map(|r| format!("{}: {}: {}", r.item, r.field, r.message)).collect::<Vec<_>>(),
+                        "warnings": mapped.warnings,
+                        "ignored_spans": mapped.ignored_spans,
+                        "held_spans_after": assembler.held_spans(),
+                    })
+                })
+                .collect();
+            let actual = if steps.len() == 1 {
+                steps.into_iter().next().unwrap()
+            } else {
+                serde_json::Value::Array(steps)
+            };
             let expected_path = path.with_file_name(format!("{stem}.expected.json"));
             let actual_text = serde_json::to_string_pretty(&actual).unwrap() + "\n";
             if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
@@ -63,7 +85,7 @@ fn golden_fixtures_map_to_their_snapshots() {
             checked += 1;
         }
     }
-    assert!(checked >= 2, "fixtures were found ({checked})");
+    assert!(checked >= 3, "fixtures were found ({checked})");
 }
 
 async fn check_vllm_request(app: &TestApp, id: &str) {
@@ -234,4 +256,58 @@ async fn exports_far_above_four_mib_are_accepted_over_grpc() {
     assert!(reply.partial_success.is_none());
     let list = app.get_json("/api/v1/requests?limit=10000").await;
     assert_eq!(list["requests"].as_array().unwrap().len(), 6000);
+}
+
+fn load_sequence(rel: &str) -> Vec<ExportTraceServiceRequest> {
+    match load_any(&fixtures().join(rel)) {
+        serde_json::Value::Array(items) => items.iter().map(|v| serde_json::from_str(&v.to_string()).unwrap()).collect(),
+        _ => panic!("{rel} is not a sequence of exports"),
+    }
+}
+
+#[tokio::test]
+async fn sglang_request_assembled_from_three_exports() {
+    let app = spawn_app().await;
+    let mut client = TraceServiceClient::connect(format!("http://{}", app.running.grpc_addr)).await.unwrap();
+    let exports = load_sequence("sglang/request_in_three_exports.otlp.json");
+    for (k, export) in exports.into_iter().enumerate() {
+        let reply = client.export(export).await.unwrap().into_inner();
+        assert!(reply.partial_success.is_none(), "export {k}: {:?}", reply.partial_success);
+        let status = app.get("/api/v1/requests/5d1e7a0c9b8f4e2a").await.status();
+        assert_eq!(status, if k < 2 { 404 } else { 200 }, "after export {k}");
+    }
+    let d = app.get_json("/api/v1/requests/5d1e7a0c9b8f4e2a").await;
+    assert_eq!(d["engine"], "sglang");
+    assert_eq!(d["instance"], "sglang@node-7");
+    assert_eq!(d["model"], "Qwen/Qwen3-8B");
+    assert_eq!(d["ttft_ms"], 420.0);
+    assert_eq!(d["queue_ms"], 248.0);
+    assert_eq!(d["tpot_ms"], 24.5);
+    assert_eq!(d["e2e_ms"], 1400.0);
+    assert_eq!(d["preemptions"], 1);
+    let kinds: Vec<&str> = d["stages"].as_array().unwrap().iter().map(|s| s["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["queued", "prefill", "prefill", "prefill", "decode", "preempted"], "TP 1 duplicates are not counted");
+}
+
+#[tokio::test]
+async fn sglang_stages_without_a_root_are_stored_after_the_timeout() {
+    let app = spawn_app().await; // assembly timeout: 2 s
+    let mut client = TraceServiceClient::connect(format!("http://{}", app.running.grpc_addr)).await.unwrap();
+    for export in load_sequence("sglang/request_in_three_exports.otlp.json").into_iter().take(2) {
+        client.export(export).await.unwrap();
+    }
+    let id = "sglang-2222222222222222";
+    let mut found = false;
+    for _ in 0..50 {
+        if app.get(&format!("/api/v1/requests/{id}")).await.status() == 200 {
+            found = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(found, "the held stages were stored under the missing root's id");
+    let d = app.get_json(&format!("/api/v1/requests/{id}")).await;
+    assert_eq!(d["queue_ms"], 248.0);
+    assert_eq!(d["ttft_ms"], 420.0, "without the root, arrival is the start of the earliest span");
+    assert_eq!(d["output_tokens"], 0, "counts lived on the missing root");
 }

@@ -21,7 +21,6 @@ const ORDERS: [&str; 4] = ["start", "recent", "ttft_desc", "tpot_desc"];
 pub fn router(store: Store) -> Router {
     Router::new()
         .route("/api/v1/traces", post(ingest::http::post_traces))
-        .route("/v1/traces", post(ingest::otlp_endpoints::post_traces))
         .route("/api/v1/requests", get(list_requests))
         .route("/api/v1/requests/{request_id}", get(get_request))
         .route("/api/v1/instances", get(list_instances))

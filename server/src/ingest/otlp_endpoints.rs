@@ -11,6 +11,10 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     trace_service_server::TraceService,
 };
 use prost::Message;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::otlp::assemble::Assembler;
 
 use super::{otlp, store_decoded};
 use crate::error::{Error, Result};
@@ -19,11 +23,16 @@ use crate::store::Store;
 /// Maps and stores an export; the reply follows OTLP partial success: rejected spans counted,
 /// and the message lists rejections and warnings.
 pub async fn export(
-    store: &Store,
+    otlp: &Otlp,
     req: ExportTraceServiceRequest,
     peer: Option<&str>,
 ) -> Result<ExportTraceServiceResponse> {
-    let mapped = otlp::decode(req, peer);
+    let mapped = otlp::decode(req, peer, &otlp.assembler);
+    store_mapped(&otlp.store, mapped).await
+}
+
+/// Stores what an export (or the assembler's timeout sweep) mapped, and builds the OTLP reply.
+pub async fn store_mapped(store: &Store, mapped: otlp::Mapped) -> Result<ExportTraceServiceResponse> {
     let rejected = mapped.decoded.rejections.len() as i64;
     let mut notes: Vec<String> = mapped
         .decoded
@@ -47,8 +56,36 @@ pub async fn export(
     })
 }
 
-pub struct OtlpTraceService {
+/// What OTLP ingest needs: the store, and the spans held until their request's root arrives.
+#[derive(Clone)]
+pub struct Otlp {
     pub store: Store,
+    pub assembler: Arc<Assembler>,
+}
+
+impl Otlp {
+    pub fn new(store: Store) -> Self {
+        Self { store, assembler: Arc::default() }
+    }
+
+    /// Stores requests whose root span did not arrive within `timeout` (run periodically).
+    pub async fn sweep(&self, timeout: Duration) -> Result<()> {
+        if self.assembler.held_spans() == 0 {
+            return Ok(());
+        }
+        let mapped = otlp::expired(&self.assembler, timeout, None);
+        if mapped.decoded.batches.is_empty() && mapped.decoded.rejections.is_empty() {
+            return Ok(());
+        }
+        for w in &mapped.warnings {
+            tracing::warn!("{w}");
+        }
+        store_mapped(&self.store, mapped).await.map(|_| ())
+    }
+}
+
+pub struct OtlpTraceService {
+    pub otlp: Otlp,
 }
 
 #[tonic::async_trait]
@@ -58,7 +95,7 @@ impl TraceService for OtlpTraceService {
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let peer = request.remote_addr().map(|a| a.ip().to_string());
-        let reply = export(&self.store, request.into_inner(), peer.as_deref()).await?;
+        let reply = export(&self.otlp, request.into_inner(), peer.as_deref()).await?;
         Ok(tonic::Response::new(reply))
     }
 }
@@ -81,7 +118,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 
 /// `POST /v1/traces`. Replies in the encoding of the request, errors included.
 pub async fn post_traces(
-    State(store): State<Store>,
+    State(otlp): State<Otlp>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     body: Bytes,
@@ -102,7 +139,7 @@ pub async fn post_traces(
     };
     let peer = peer.ip().to_string();
     let result = match parsed {
-        Ok(req) => export(&store, req, Some(&peer)).await,
+        Ok(req) => export(&otlp, req, Some(&peer)).await,
         Err(e) => Err(e),
     };
     match (result, json) {

@@ -59,6 +59,7 @@ pub async fn spawn_app() -> TestApp {
         site_root: "target/site".into(),
         max_message_bytes: 64 << 20,
         retention_days: 0,
+        assembly_timeout: std::time::Duration::from_secs(2),
     })
     .await
     .expect("server starts");

@@ -3,8 +3,10 @@
 //! Each adapter is a pure function from a resource and its spans to model values plus warnings;
 //! this module groups spans by resource, picks the adapter, and counts what was rejected.
 
+pub mod assemble;
 pub mod attrs;
 pub mod request_span;
+pub mod sglang;
 pub mod tokens;
 
 use std::collections::BTreeMap;
@@ -18,6 +20,7 @@ use app::model::{
 };
 
 use super::{Decoded, Item, ItemKind, ResourceBatch, normalize};
+use assemble::{Assembler, Complete};
 use attrs::Attrs;
 
 /// An OTLP time (unsigned ns) as a model time, rejecting what no real clock produces.
@@ -94,10 +97,33 @@ fn label(i: usize, span: &Span) -> String {
     format!("resource_spans[{i}] span {:?} (request {id:?})", span.name)
 }
 
-/// Maps one export. Spans of one request are expected in one export here; SGLang's stage spans,
-/// which arrive in several, are assembled before this is called.
-pub fn decode(export: ExportTraceServiceRequest, peer: Option<&str>) -> Mapped {
+/// Accumulates mapped requests per (instance, model) for one resource.
+#[derive(Default)]
+struct Batches(BTreeMap<(String, String), ResourceBatch>);
+
+impl Batches {
+    fn push(&mut self, resource: &Resource, model: String, item: Item<app::model::RequestTrace>) {
+        let key = (resource.instance_id.clone(), model.clone());
+        self.0
+            .entry(key)
+            .or_insert_with(|| ResourceBatch { resource: Resource { model, ..resource.clone() }, requests: Vec::new(), iterations: Vec::new() })
+            .requests
+            .push(item);
+    }
+}
+
+fn finish(r: Result<app::model::RequestTrace, FieldError>) -> Result<app::model::RequestTrace, FieldError> {
+    let mut r = r?;
+    normalize(&mut r);
+    validate::request(&r)?;
+    Ok(r)
+}
+
+/// Maps one export. SGLang spans go through `assembler`, which holds them until their root
+/// span arrives (possibly in a later export).
+pub fn decode(export: ExportTraceServiceRequest, peer: Option<&str>, assembler: &Assembler) -> Mapped {
     let mut out = Mapped::default();
+    let mut batches = Batches::default();
     for (i, rs) in export.resource_spans.into_iter().enumerate() {
         let attrs_vec = rs.resource.map(|r| r.attributes).unwrap_or_default();
         let spans: Vec<Span> = rs.scope_spans.into_iter().flat_map(|s| s.spans).collect();
@@ -105,53 +131,87 @@ pub fn decode(export: ExportTraceServiceRequest, peer: Option<&str>) -> Mapped {
             Ok(r) => r,
             Err(e) => {
                 for span in &spans {
-                    out.decoded.reject(
-                        ItemKind::Request,
-                        &label(i, span),
-                        FieldError::new(format!("resource.{}", e.field), e.message.clone()),
-                    );
+                    out.decoded.reject(ItemKind::Request, &label(i, span), FieldError::new(format!("resource.{}", e.field), e.message.clone()));
                 }
                 continue;
             }
         };
-        // One model per resource batch: a resource serving several models becomes several.
-        let mut by_model: BTreeMap<String, ResourceBatch> = BTreeMap::new();
-        for span in &spans {
+        let (staged, plain): (Vec<Span>, Vec<Span>) = spans.into_iter().partition(sglang::is_sglang_span);
+        for span in &plain {
             if !request_span::is_request_span(span) {
                 out.ignored_spans += 1;
                 continue;
             }
             let item = label(i, span);
-            let mut engine = base.engine;
-            if engine == EngineKind::Other && span.name == "llm_request" {
-                engine = EngineKind::Vllm;
+            let mut res = base.clone();
+            if res.engine == EngineKind::Other && span.name == "llm_request" {
+                res.engine = EngineKind::Vllm;
             }
-            match request_span::request(span, &mut out.warnings).and_then(|mut r| {
-                normalize(&mut r);
-                validate::request(&r).map(|()| r)
-            }) {
+            match finish(request_span::request(span, None, &mut out.warnings)) {
                 Ok(r) => {
                     let model = request_span::model_of(span).unwrap_or_else(|| "unknown".into());
-                    let batch = by_model
-                        .entry(model.clone())
-                        .or_insert_with(|| ResourceBatch {
-                            resource: Resource {
-                                model,
-                                engine,
-                                ..base.clone()
-                            },
-                            requests: Vec::new(),
-                            iterations: Vec::new(),
-                        });
-                    batch.requests.push(Item {
-                        label: item,
-                        value: r,
-                    });
+                    batches.push(&res, model, Item { label: item, value: r });
                 }
                 Err(e) => out.decoded.reject(ItemKind::Request, &item, e),
             }
         }
-        out.decoded.batches.extend(by_model.into_values());
+        if !staged.is_empty() {
+            let done = assembler.add(&base.instance_id, &attrs_vec, staged);
+            map_sglang(done, &base, &format!("resource_spans[{i}]"), &mut batches, &mut out);
+        }
     }
+    out.decoded.batches.extend(batches.0.into_values());
+    out
+}
+
+/// Maps assembled SGLang requests (from `decode`, or from the assembler's timeout sweep).
+fn map_sglang(done: Vec<Complete>, base: &Resource, at: &str, batches: &mut Batches, out: &mut Mapped) {
+    for c in done {
+        let descendants: Vec<&Span> = c.spans.iter().collect();
+        let synthetic;
+        let root = match &c.root {
+            Some(root) => root,
+            None => {
+                synthetic = sglang::stand_in_root(&c.spans);
+                out.warnings.push(format!(
+                    "SGLang request {:?}: its root span never arrived; mapped from its {} stage spans",
+                    app::model::hex(&synthetic.span_id),
+                    c.spans.len()
+                ));
+                &synthetic
+            }
+        };
+        let item = label_sglang(at, root);
+        match sglang::request(root, &descendants, &mut out.warnings).and_then(|(r, role)| finish(Ok(r)).map(|r| (r, role))) {
+            Ok((r, role)) => {
+                let mut res = Resource { role, ..base.clone() };
+                if res.engine == EngineKind::Other {
+                    res.engine = EngineKind::Sglang;
+                }
+                let model = request_span::model_of(root).unwrap_or_else(|| "unknown".into());
+                batches.push(&res, model, Item { label: item, value: r });
+            }
+            Err(e) => out.decoded.reject(ItemKind::Request, &item, e),
+        }
+    }
+}
+
+fn label_sglang(at: &str, root: &Span) -> String {
+    let rid = Attrs::new(&root.attributes).string_like("rid").ok().flatten().unwrap_or_default();
+    format!("{at} SGLang request {rid:?} (root span {:?})", root.name)
+}
+
+/// Maps the groups the assembler gave up waiting for (their root never came).
+pub fn expired(assembler: &Assembler, timeout: std::time::Duration, peer_hint: Option<&str>) -> Mapped {
+    let mut out = Mapped::default();
+    let mut batches = Batches::default();
+    for c in assembler.expire(timeout) {
+        let base = match resource(&Attrs::new(&c.resource), peer_hint) {
+            Ok(r) => r,
+            Err(_) => continue,
+        };
+        map_sglang(vec![c], &base, "held spans", &mut batches, &mut out);
+    }
+    out.decoded.batches.extend(batches.0.into_values());
     out
 }
