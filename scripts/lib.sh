@@ -54,6 +54,18 @@ ensure_browser_tools() {
   fi
 }
 
+# A venv with the OpenTelemetry Python SDK: the independent OTLP client of the end-to-end tests.
+OTEL_VENV="$CARGO_TARGET_DIR/otel-venv"
+ensure_otel_sdk() {
+  local req="$ROOT/end2end/otel_sdk/requirements.txt"
+  if [ ! -f "$OTEL_VENV/.installed" ] || ! cmp -s "$req" "$OTEL_VENV/.installed"; then
+    log "installing the OpenTelemetry Python SDK (venv in $OTEL_VENV)"
+    python3 -m venv "$OTEL_VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$OTEL_VENV"; }
+    "$OTEL_VENV/bin/pip" install -q -r "$req"
+    cp "$req" "$OTEL_VENV/.installed"
+  fi
+}
+
 # build_site PROFILE — the cargo-leptos build done with plain cargo: wasm → wasm-bindgen → site dir.
 build_site() {
   local profile="$1" wasm_profile wasm_dir

@@ -84,9 +84,9 @@ pub async fn start(config: Config) -> Result<Running> {
     .send_compressed(CompressionEncoding::Gzip);
     tokio::spawn(sweep_loop(otlp.clone(), config.assembly_timeout));
     let otlp = TraceServiceServer::new(OtlpTraceService { otlp })
-    .max_decoding_message_size(config.max_message_bytes)
-    .accept_compressed(CompressionEncoding::Gzip)
-    .send_compressed(CompressionEncoding::Gzip);
+        .max_decoding_message_size(config.max_message_bytes)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Gzip);
     let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
@@ -124,7 +124,10 @@ fn http_app(config: &Config, store: Store, otlp: Otlp, addr: SocketAddr) -> Rout
         .fallback(leptos_axum::file_and_error_handler(app::shell))
         .with_state(leptos);
     let otlp_http = Router::new()
-        .route("/v1/traces", axum::routing::post(crate::ingest::otlp_endpoints::post_traces))
+        .route(
+            "/v1/traces",
+            axum::routing::post(crate::ingest::otlp_endpoints::post_traces),
+        )
         .with_state(otlp);
     crate::api::router(store)
         .merge(otlp_http)

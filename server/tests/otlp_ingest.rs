@@ -39,9 +39,10 @@ fn golden_fixtures_map_to_their_snapshots() {
             };
             // A file holds one export, or an array of exports sent one after another.
             let exports: Vec<ExportTraceServiceRequest> = match load_any(&path) {
-                serde_json::Value::Array(items) => {
-                    items.iter().map(|v| serde_json::from_str(&v.to_string()).unwrap()).collect()
-                }
+                serde_json::Value::Array(items) => items
+                    .iter()
+                    .map(|v| serde_json::from_str(&v.to_string()).unwrap())
+                    .collect(),
                 one => vec![serde_json::from_str(&one.to_string()).unwrap()],
             };
             let assembler = otlp::assemble::Assembler::default();
@@ -260,7 +261,10 @@ async fn exports_far_above_four_mib_are_accepted_over_grpc() {
 
 fn load_sequence(rel: &str) -> Vec<ExportTraceServiceRequest> {
     match load_any(&fixtures().join(rel)) {
-        serde_json::Value::Array(items) => items.iter().map(|v| serde_json::from_str(&v.to_string()).unwrap()).collect(),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .map(|v| serde_json::from_str(&v.to_string()).unwrap())
+            .collect(),
         _ => panic!("{rel} is not a sequence of exports"),
     }
 }
@@ -268,11 +272,17 @@ fn load_sequence(rel: &str) -> Vec<ExportTraceServiceRequest> {
 #[tokio::test]
 async fn sglang_request_assembled_from_three_exports() {
     let app = spawn_app().await;
-    let mut client = TraceServiceClient::connect(format!("http://{}", app.running.grpc_addr)).await.unwrap();
+    let mut client = TraceServiceClient::connect(format!("http://{}", app.running.grpc_addr))
+        .await
+        .unwrap();
     let exports = load_sequence("sglang/request_in_three_exports.otlp.json");
     for (k, export) in exports.into_iter().enumerate() {
         let reply = client.export(export).await.unwrap().into_inner();
-        assert!(reply.partial_success.is_none(), "export {k}: {:?}", reply.partial_success);
+        assert!(
+            reply.partial_success.is_none(),
+            "export {k}: {:?}",
+            reply.partial_success
+        );
         let status = app.get("/api/v1/requests/5d1e7a0c9b8f4e2a").await.status();
         assert_eq!(status, if k < 2 { 404 } else { 200 }, "after export {k}");
     }
@@ -285,15 +295,36 @@ async fn sglang_request_assembled_from_three_exports() {
     assert_eq!(d["tpot_ms"], 24.5);
     assert_eq!(d["e2e_ms"], 1400.0);
     assert_eq!(d["preemptions"], 1);
-    let kinds: Vec<&str> = d["stages"].as_array().unwrap().iter().map(|s| s["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["queued", "prefill", "prefill", "prefill", "decode", "preempted"], "TP 1 duplicates are not counted");
+    let kinds: Vec<&str> = d["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "queued",
+            "prefill",
+            "prefill",
+            "prefill",
+            "decode",
+            "preempted"
+        ],
+        "TP 1 duplicates are not counted"
+    );
 }
 
 #[tokio::test]
 async fn sglang_stages_without_a_root_are_stored_after_the_timeout() {
     let app = spawn_app().await; // assembly timeout: 2 s
-    let mut client = TraceServiceClient::connect(format!("http://{}", app.running.grpc_addr)).await.unwrap();
-    for export in load_sequence("sglang/request_in_three_exports.otlp.json").into_iter().take(2) {
+    let mut client = TraceServiceClient::connect(format!("http://{}", app.running.grpc_addr))
+        .await
+        .unwrap();
+    for export in load_sequence("sglang/request_in_three_exports.otlp.json")
+        .into_iter()
+        .take(2)
+    {
         client.export(export).await.unwrap();
     }
     let id = "sglang-2222222222222222";
@@ -305,9 +336,15 @@ async fn sglang_stages_without_a_root_are_stored_after_the_timeout() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    assert!(found, "the held stages were stored under the missing root's id");
+    assert!(
+        found,
+        "the held stages were stored under the missing root's id"
+    );
     let d = app.get_json(&format!("/api/v1/requests/{id}")).await;
     assert_eq!(d["queue_ms"], 248.0);
-    assert_eq!(d["ttft_ms"], 420.0, "without the root, arrival is the start of the earliest span");
+    assert_eq!(
+        d["ttft_ms"], 420.0,
+        "without the root, arrival is the start of the earliest span"
+    );
     assert_eq!(d["output_tokens"], 0, "counts lived on the missing root");
 }

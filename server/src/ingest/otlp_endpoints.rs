@@ -32,7 +32,10 @@ pub async fn export(
 }
 
 /// Stores what an export (or the assembler's timeout sweep) mapped, and builds the OTLP reply.
-pub async fn store_mapped(store: &Store, mapped: otlp::Mapped) -> Result<ExportTraceServiceResponse> {
+pub async fn store_mapped(
+    store: &Store,
+    mapped: otlp::Mapped,
+) -> Result<ExportTraceServiceResponse> {
     let rejected = mapped.decoded.rejections.len() as i64;
     let mut notes: Vec<String> = mapped
         .decoded
@@ -65,7 +68,10 @@ pub struct Otlp {
 
 impl Otlp {
     pub fn new(store: Store) -> Self {
-        Self { store, assembler: Arc::default() }
+        Self {
+            store,
+            assembler: Arc::default(),
+        }
     }
 
     /// Stores requests whose root span did not arrive within `timeout` (run periodically).

@@ -43,19 +43,35 @@ impl Assembler {
             }
             pending
                 .entry(key)
-                .or_insert_with(|| Pending { resource: resource.to_vec(), spans: Vec::new(), since: Instant::now() })
+                .or_insert_with(|| Pending {
+                    resource: resource.to_vec(),
+                    spans: Vec::new(),
+                    since: Instant::now(),
+                })
                 .spans
                 .push(span);
         }
         let mut out = Vec::new();
         for trace in traces {
             let key = (instance.to_string(), trace);
-            let Some(p) = pending.get_mut(&key) else { continue };
-            let roots: Vec<Vec<u8>> = p.spans.iter().filter(|s| super::sglang::is_root(s)).map(|s| s.span_id.clone()).collect();
+            let Some(p) = pending.get_mut(&key) else {
+                continue;
+            };
+            let roots: Vec<Vec<u8>> = p
+                .spans
+                .iter()
+                .filter(|s| super::sglang::is_root(s))
+                .map(|s| s.span_id.clone())
+                .collect();
             for root_id in roots {
                 let taken = take_subtree(&mut p.spans, &root_id);
-                let (root, spans): (Vec<Span>, Vec<Span>) = taken.into_iter().partition(|s| s.span_id == root_id);
-                out.push(Complete { resource: p.resource.clone(), root: root.into_iter().next(), spans });
+                let (root, spans): (Vec<Span>, Vec<Span>) =
+                    taken.into_iter().partition(|s| s.span_id == root_id);
+                out.push(Complete {
+                    resource: p.resource.clone(),
+                    root: root.into_iter().next(),
+                    spans,
+                });
             }
             if p.spans.is_empty() {
                 pending.remove(&key);
@@ -76,24 +92,39 @@ impl Assembler {
             .collect();
         let mut out = Vec::new();
         for key in keys {
-            let Some(p) = pending.remove(&key) else { continue };
+            let Some(p) = pending.remove(&key) else {
+                continue;
+            };
             // Without the root, the thread spans' common parent stands for it.
             let ids: HashSet<&[u8]> = p.spans.iter().map(|s| s.span_id.as_slice()).collect();
-            let mut orphans: Vec<Vec<u8>> =
-                p.spans.iter().filter(|s| !ids.contains(s.parent_span_id.as_slice())).map(|s| s.parent_span_id.clone()).collect();
+            let mut orphans: Vec<Vec<u8>> = p
+                .spans
+                .iter()
+                .filter(|s| !ids.contains(s.parent_span_id.as_slice()))
+                .map(|s| s.parent_span_id.clone())
+                .collect();
             orphans.sort();
             orphans.dedup();
             let mut spans = p.spans;
             for root_id in orphans {
                 let group = take_subtree_below(&mut spans, &root_id);
-                out.push(Complete { resource: p.resource.clone(), root: None, spans: group });
+                out.push(Complete {
+                    resource: p.resource.clone(),
+                    root: None,
+                    spans: group,
+                });
             }
         }
         out
     }
 
     pub fn held_spans(&self) -> usize {
-        self.pending.lock().expect("assembler poisoned").values().map(|p| p.spans.len()).sum()
+        self.pending
+            .lock()
+            .expect("assembler poisoned")
+            .values()
+            .map(|p| p.spans.len())
+            .sum()
     }
 }
 
@@ -109,7 +140,11 @@ fn take_subtree_below(spans: &mut Vec<Span>, parent_id: &[u8]) -> Vec<Span> {
     take_where_parent_in(spans, &mut ids, false)
 }
 
-fn take_where_parent_in(spans: &mut Vec<Span>, ids: &mut HashSet<Vec<u8>>, include_roots: bool) -> Vec<Span> {
+fn take_where_parent_in(
+    spans: &mut Vec<Span>,
+    ids: &mut HashSet<Vec<u8>>,
+    include_roots: bool,
+) -> Vec<Span> {
     let mut taken = Vec::new();
     loop {
         let before = taken.len();

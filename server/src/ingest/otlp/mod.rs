@@ -106,13 +106,22 @@ impl Batches {
         let key = (resource.instance_id.clone(), model.clone());
         self.0
             .entry(key)
-            .or_insert_with(|| ResourceBatch { resource: Resource { model, ..resource.clone() }, requests: Vec::new(), iterations: Vec::new() })
+            .or_insert_with(|| ResourceBatch {
+                resource: Resource {
+                    model,
+                    ..resource.clone()
+                },
+                requests: Vec::new(),
+                iterations: Vec::new(),
+            })
             .requests
             .push(item);
     }
 }
 
-fn finish(r: Result<app::model::RequestTrace, FieldError>) -> Result<app::model::RequestTrace, FieldError> {
+fn finish(
+    r: Result<app::model::RequestTrace, FieldError>,
+) -> Result<app::model::RequestTrace, FieldError> {
     let mut r = r?;
     normalize(&mut r);
     validate::request(&r)?;
@@ -121,7 +130,11 @@ fn finish(r: Result<app::model::RequestTrace, FieldError>) -> Result<app::model:
 
 /// Maps one export. SGLang spans go through `assembler`, which holds them until their root
 /// span arrives (possibly in a later export).
-pub fn decode(export: ExportTraceServiceRequest, peer: Option<&str>, assembler: &Assembler) -> Mapped {
+pub fn decode(
+    export: ExportTraceServiceRequest,
+    peer: Option<&str>,
+    assembler: &Assembler,
+) -> Mapped {
     let mut out = Mapped::default();
     let mut batches = Batches::default();
     for (i, rs) in export.resource_spans.into_iter().enumerate() {
@@ -131,12 +144,17 @@ pub fn decode(export: ExportTraceServiceRequest, peer: Option<&str>, assembler: 
             Ok(r) => r,
             Err(e) => {
                 for span in &spans {
-                    out.decoded.reject(ItemKind::Request, &label(i, span), FieldError::new(format!("resource.{}", e.field), e.message.clone()));
+                    out.decoded.reject(
+                        ItemKind::Request,
+                        &label(i, span),
+                        FieldError::new(format!("resource.{}", e.field), e.message.clone()),
+                    );
                 }
                 continue;
             }
         };
-        let (staged, plain): (Vec<Span>, Vec<Span>) = spans.into_iter().partition(sglang::is_sglang_span);
+        let (staged, plain): (Vec<Span>, Vec<Span>) =
+            spans.into_iter().partition(sglang::is_sglang_span);
         for span in &plain {
             if !request_span::is_request_span(span) {
                 out.ignored_spans += 1;
@@ -150,14 +168,27 @@ pub fn decode(export: ExportTraceServiceRequest, peer: Option<&str>, assembler: 
             match finish(request_span::request(span, None, &mut out.warnings)) {
                 Ok(r) => {
                     let model = request_span::model_of(span).unwrap_or_else(|| "unknown".into());
-                    batches.push(&res, model, Item { label: item, value: r });
+                    batches.push(
+                        &res,
+                        model,
+                        Item {
+                            label: item,
+                            value: r,
+                        },
+                    );
                 }
                 Err(e) => out.decoded.reject(ItemKind::Request, &item, e),
             }
         }
         if !staged.is_empty() {
             let done = assembler.add(&base.instance_id, &attrs_vec, staged);
-            map_sglang(done, &base, &format!("resource_spans[{i}]"), &mut batches, &mut out);
+            map_sglang(
+                done,
+                &base,
+                &format!("resource_spans[{i}]"),
+                &mut batches,
+                &mut out,
+            );
         }
     }
     out.decoded.batches.extend(batches.0.into_values());
@@ -165,7 +196,13 @@ pub fn decode(export: ExportTraceServiceRequest, peer: Option<&str>, assembler: 
 }
 
 /// Maps assembled SGLang requests (from `decode`, or from the assembler's timeout sweep).
-fn map_sglang(done: Vec<Complete>, base: &Resource, at: &str, batches: &mut Batches, out: &mut Mapped) {
+fn map_sglang(
+    done: Vec<Complete>,
+    base: &Resource,
+    at: &str,
+    batches: &mut Batches,
+    out: &mut Mapped,
+) {
     for c in done {
         let descendants: Vec<&Span> = c.spans.iter().collect();
         let synthetic;
@@ -182,14 +219,26 @@ fn map_sglang(done: Vec<Complete>, base: &Resource, at: &str, batches: &mut Batc
             }
         };
         let item = label_sglang(at, root);
-        match sglang::request(root, &descendants, &mut out.warnings).and_then(|(r, role)| finish(Ok(r)).map(|r| (r, role))) {
+        match sglang::request(root, &descendants, &mut out.warnings)
+            .and_then(|(r, role)| finish(Ok(r)).map(|r| (r, role)))
+        {
             Ok((r, role)) => {
-                let mut res = Resource { role, ..base.clone() };
+                let mut res = Resource {
+                    role,
+                    ..base.clone()
+                };
                 if res.engine == EngineKind::Other {
                     res.engine = EngineKind::Sglang;
                 }
                 let model = request_span::model_of(root).unwrap_or_else(|| "unknown".into());
-                batches.push(&res, model, Item { label: item, value: r });
+                batches.push(
+                    &res,
+                    model,
+                    Item {
+                        label: item,
+                        value: r,
+                    },
+                );
             }
             Err(e) => out.decoded.reject(ItemKind::Request, &item, e),
         }
@@ -197,12 +246,20 @@ fn map_sglang(done: Vec<Complete>, base: &Resource, at: &str, batches: &mut Batc
 }
 
 fn label_sglang(at: &str, root: &Span) -> String {
-    let rid = Attrs::new(&root.attributes).string_like("rid").ok().flatten().unwrap_or_default();
+    let rid = Attrs::new(&root.attributes)
+        .string_like("rid")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     format!("{at} SGLang request {rid:?} (root span {:?})", root.name)
 }
 
 /// Maps the groups the assembler gave up waiting for (their root never came).
-pub fn expired(assembler: &Assembler, timeout: std::time::Duration, peer_hint: Option<&str>) -> Mapped {
+pub fn expired(
+    assembler: &Assembler,
+    timeout: std::time::Duration,
+    peer_hint: Option<&str>,
+) -> Mapped {
     let mut out = Mapped::default();
     let mut batches = Batches::default();
     for c in assembler.expire(timeout) {

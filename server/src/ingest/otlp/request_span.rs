@@ -76,7 +76,11 @@ fn count(a: &Attrs, keys: &[&str]) -> Result<u32, FieldError> {
 
 /// Maps the span; stage details (chunks, queue) come from its attributes as far as they go.
 /// `request_id` overrides `gen_ai.request.id` for engines that name requests otherwise.
-pub fn request(span: &Span, request_id: Option<String>, warnings: &mut Vec<String>) -> Result<RequestTrace, FieldError> {
+pub fn request(
+    span: &Span,
+    request_id: Option<String>,
+    warnings: &mut Vec<String>,
+) -> Result<RequestTrace, FieldError> {
     let a = Attrs::new(&span.attributes);
     let arrival = nanos(span.start_time_unix_nano, "start_time_unix_nano")?;
     let end = nanos(span.end_time_unix_nano, "end_time_unix_nano")?;
@@ -88,16 +92,17 @@ pub fn request(span: &Span, request_id: Option<String>, warnings: &mut Vec<Strin
     let finish = finish_reason(&a)?;
     let tokens = tokens::tokens(span, finish)?;
 
-    let request_id = match request_id.map_or_else(|| a.string_like(REQUEST_ID), |id| Ok(Some(id)))? {
-        Some(id) => id,
-        None => {
-            let id = app::model::hex(&span.span_id);
-            warnings.push(format!(
-                "span {id}: no {REQUEST_ID}; the span id is used as the request id"
-            ));
-            id
-        }
-    };
+    let request_id =
+        match request_id.map_or_else(|| a.string_like(REQUEST_ID), |id| Ok(Some(id)))? {
+            Some(id) => id,
+            None => {
+                let id = app::model::hex(&span.span_id);
+                warnings.push(format!(
+                    "span {id}: no {REQUEST_ID}; the span id is used as the request id"
+                ));
+                id
+            }
+        };
     // vLLM ends the span when it processes the finished request, a little after the last token;
     // arrival + e2e is the engine's own measure.
     let finished = after(e2e).unwrap_or(end);

@@ -53,20 +53,38 @@ fn role(root: &Span) -> Role {
 
 /// Maps a root span and its descendants. Stages are taken from the lowest tensor-parallel rank
 /// (every rank records the same steps) and from threads without a rank (the tokenizer).
-pub fn request<'a>(root: &Span, descendants: &[&'a Span], warnings: &mut Vec<String>) -> Result<(RequestTrace, Role), FieldError> {
+pub fn request<'a>(
+    root: &Span,
+    descendants: &[&'a Span],
+    warnings: &mut Vec<String>,
+) -> Result<(RequestTrace, Role), FieldError> {
     let a = Attrs::new(&root.attributes);
-    let rid = a.string_like("rid")?.ok_or_else(|| FieldError::new("attributes[\"rid\"]", "is missing on the root span"))?;
+    let rid = a
+        .string_like("rid")?
+        .ok_or_else(|| FieldError::new("attributes[\"rid\"]", "is missing on the root span"))?;
     let mut r = request_span::request(root, Some(rid), warnings)?;
 
     let ranks: HashMap<&[u8], Option<i64>> = descendants
         .iter()
         .filter(|s| Attrs::new(&s.attributes).has("thread_label"))
-        .map(|s| (s.span_id.as_slice(), Attrs::new(&s.attributes).i64("tp_rank").ok().flatten()))
+        .map(|s| {
+            (
+                s.span_id.as_slice(),
+                Attrs::new(&s.attributes).i64("tp_rank").ok().flatten(),
+            )
+        })
         .collect();
     let lowest = ranks.values().flatten().min().copied();
-    let keep: HashSet<&[u8]> = ranks.iter().filter(|(_, rank)| rank.is_none() || **rank == lowest).map(|(id, _)| *id).collect();
+    let keep: HashSet<&[u8]> = ranks
+        .iter()
+        .filter(|(_, rank)| rank.is_none() || **rank == lowest)
+        .map(|(id, _)| *id)
+        .collect();
     // A stage belongs to the thread it descends from; walk up to find it.
-    let parent: HashMap<&[u8], &[u8]> = descendants.iter().map(|s| (s.span_id.as_slice(), s.parent_span_id.as_slice())).collect();
+    let parent: HashMap<&[u8], &[u8]> = descendants
+        .iter()
+        .map(|s| (s.span_id.as_slice(), s.parent_span_id.as_slice()))
+        .collect();
     let thread_of = |s: &'a Span| -> Option<&'a [u8]> {
         let mut id = s.parent_span_id.as_slice();
         for _ in 0..32 {
@@ -91,7 +109,10 @@ pub fn request<'a>(root: &Span, descendants: &[&'a Span], warnings: &mut Vec<Str
         r.queued_ns = Some(time(w.start_time_unix_nano, "prefill_waiting.start")?);
         r.first_scheduled_ns = Some(time(w.end_time_unix_nano, "prefill_waiting.end")?);
     }
-    let chunks: Vec<&&Span> = stages.iter().filter(|s| s.name == "chunked_prefill" || s.name == "prefill_forward").collect();
+    let chunks: Vec<&&Span> = stages
+        .iter()
+        .filter(|s| s.name == "chunked_prefill" || s.name == "prefill_forward")
+        .collect();
     if !chunks.is_empty() {
         let single = chunks.len() == 1;
         r.prefill_chunks = chunks
@@ -101,7 +122,11 @@ pub fn request<'a>(root: &Span, descendants: &[&'a Span], warnings: &mut Vec<Str
                     start_ns: time(s.start_time_unix_nano, "chunk.start")?,
                     end_ns: time(s.end_time_unix_nano, "chunk.end")?,
                     // Chunk sizes are not exported; a lone chunk is the whole uncached prompt.
-                    tokens: if single { r.prompt_tokens.saturating_sub(r.cached_tokens) } else { 0 },
+                    tokens: if single {
+                        r.prompt_tokens.saturating_sub(r.cached_tokens)
+                    } else {
+                        0
+                    },
                     iteration: None,
                 })
             })
@@ -129,10 +154,15 @@ pub fn request<'a>(root: &Span, descendants: &[&'a Span], warnings: &mut Vec<Str
     events.sort();
     for (k, (at, name)) in events.iter().enumerate() {
         if *name == "retract" {
-            let resumed = events[k + 1..].iter().find(|(_, n)| *n == "schedule").map(|(t, _)| *t);
+            let resumed = events[k + 1..]
+                .iter()
+                .find(|(_, n)| *n == "schedule")
+                .map(|(t, _)| *t);
             r.preemptions.push(Preemption {
                 at_ns: time(*at, "events[retract].time_unix_nano")?,
-                resumed_ns: resumed.map(|t| time(t, "events[schedule].time_unix_nano")).transpose()?,
+                resumed_ns: resumed
+                    .map(|t| time(t, "events[schedule].time_unix_nano"))
+                    .transpose()?,
                 recompute: true,
             });
         }
@@ -151,15 +181,28 @@ pub fn stand_in_root(spans: &[Span]) -> Span {
         .unwrap_or_default();
     let rid = format!("sglang-{}", app::model::hex(&root_id));
     Span {
-        trace_id: spans.first().map(|s| s.trace_id.clone()).unwrap_or_default(),
+        trace_id: spans
+            .first()
+            .map(|s| s.trace_id.clone())
+            .unwrap_or_default(),
         span_id: root_id,
         name: "Req (root missing)".into(),
-        start_time_unix_nano: spans.iter().map(|s| s.start_time_unix_nano).min().unwrap_or(0),
-        end_time_unix_nano: spans.iter().map(|s| s.end_time_unix_nano).max().unwrap_or(0),
+        start_time_unix_nano: spans
+            .iter()
+            .map(|s| s.start_time_unix_nano)
+            .min()
+            .unwrap_or(0),
+        end_time_unix_nano: spans
+            .iter()
+            .map(|s| s.end_time_unix_nano)
+            .max()
+            .unwrap_or(0),
         attributes: vec![opentelemetry_proto::tonic::common::v1::KeyValue {
             key: "rid".into(),
             value: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
-                value: Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(rid)),
+                value: Some(
+                    opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(rid),
+                ),
             }),
             ..Default::default()
         }],
