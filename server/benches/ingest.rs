@@ -146,20 +146,8 @@ async fn end_to_end() {
     let tokens = (BATCHES * REQUESTS_PER_BATCH * TOKENS_PER_REQUEST) as f64;
     let (block_bytes, stored_tokens) = running.store.token_storage().await.unwrap();
     let mut conn = PgConnection::connect(&database_url).await.unwrap();
-    let table_bytes: i64 = sqlx::query_scalar(
-        "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_inherits i \
-         JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'requests'",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
-    let iteration_bytes: i64 = sqlx::query_scalar(
-        "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_inherits i \
-         JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'iterations'",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
+    let table_bytes = relation_bytes(&mut conn, "requests").await;
+    let iteration_bytes = relation_bytes(&mut conn, "iterations").await;
     assert_eq!(stored_tokens as f64, tokens);
     println!(
         "end-to-end ingest over gRPC into Postgres ({CONCURRENCY} concurrent clients, client + server + Postgres on this machine):"
@@ -190,6 +178,18 @@ async fn end_to_end() {
         iteration_bytes as f64 / iterations,
         iteration_bytes as f64 / tokens
     );
+}
+
+/// On-disk size of a partitioned table: all partitions with their TOAST and indexes.
+async fn relation_bytes(conn: &mut PgConnection, table: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_inherits i \
+         JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = $1",
+    )
+    .bind(table)
+    .fetch_one(conn)
+    .await
+    .unwrap()
 }
 
 fn ms(d: Duration) -> f64 {

@@ -102,10 +102,17 @@ fn label(i: usize, span: &Span) -> String {
 struct Batches(BTreeMap<(String, String), ResourceBatch>);
 
 impl Batches {
-    fn push(&mut self, resource: &Resource, model: String, item: Item<app::model::RequestTrace>) {
-        let key = (resource.instance_id.clone(), model.clone());
+    /// Files a mapped request under its instance and the model its span names.
+    fn push(
+        &mut self,
+        resource: &Resource,
+        span: &Span,
+        label: String,
+        value: app::model::RequestTrace,
+    ) {
+        let model = request_span::model_of(span).unwrap_or_else(|| "unknown".into());
         self.0
-            .entry(key)
+            .entry((resource.instance_id.clone(), model.clone()))
             .or_insert_with(|| ResourceBatch {
                 resource: Resource {
                     model,
@@ -115,7 +122,7 @@ impl Batches {
                 iterations: Vec::new(),
             })
             .requests
-            .push(item);
+            .push(Item { label, value });
     }
 }
 
@@ -166,17 +173,7 @@ pub fn decode(
                 res.engine = EngineKind::Vllm;
             }
             match finish(request_span::request(span, None, &mut out.warnings)) {
-                Ok(r) => {
-                    let model = request_span::model_of(span).unwrap_or_else(|| "unknown".into());
-                    batches.push(
-                        &res,
-                        model,
-                        Item {
-                            label: item,
-                            value: r,
-                        },
-                    );
-                }
+                Ok(r) => batches.push(&res, span, item, r),
                 Err(e) => out.decoded.reject(ItemKind::Request, &item, e),
             }
         }
@@ -230,15 +227,7 @@ fn map_sglang(
                 if res.engine == EngineKind::Other {
                     res.engine = EngineKind::Sglang;
                 }
-                let model = request_span::model_of(root).unwrap_or_else(|| "unknown".into());
-                batches.push(
-                    &res,
-                    model,
-                    Item {
-                        label: item,
-                        value: r,
-                    },
-                );
+                batches.push(&res, root, item, r);
             }
             Err(e) => out.decoded.reject(ItemKind::Request, &item, e),
         }
