@@ -51,7 +51,8 @@ pub struct Stage {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CandidateView {
-    pub token_id: u32,
+    /// `null` when the source gave only the text.
+    pub token_id: Option<u32>,
     pub text: Option<String>,
     pub logprob: f32,
 }
@@ -59,7 +60,8 @@ pub struct CandidateView {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TokenView {
     pub index: u32,
-    pub token_id: u32,
+    /// `null` for timing-only or text-only sources.
+    pub token_id: Option<u32>,
     pub text: Option<String>,
     pub is_special: bool,
     /// Which special token ("eos", "bos", "pad", "other"); "none" for ordinary text.

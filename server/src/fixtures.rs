@@ -88,7 +88,7 @@ pub fn request(
             for _ in 0..top_k {
                 let cid = rng.below(VOCAB_SIZE) as u32;
                 candidates.push(Candidate {
-                    token_id: cid,
+                    token_id: Some(cid),
                     text: Some(token_text(cid)),
                     logprob: lp,
                 });
@@ -116,20 +116,20 @@ pub fn request(
                     rng.below(top_k as u64) as usize
                 };
                 (
-                    candidates[k].token_id,
+                    candidates[k].token_id.unwrap_or_default(),
                     candidates[k].logprob,
                     Some(k as u32 + 1),
                 )
             };
             if last && top_k > 0 {
                 candidates[0] = Candidate {
-                    token_id: EOS_ID,
+                    token_id: Some(EOS_ID),
                     text: Some(token_text(EOS_ID)),
                     logprob,
                 };
             }
             Token {
-                token_id,
+                token_id: Some(token_id),
                 emitted_ns: Some(at),
                 scheduled_ns: Some(at - 15_000_000),
                 batch_size: None,

@@ -35,14 +35,17 @@ impl SpecialToken {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
-    pub token_id: u32,
+    /// `None` when the source reports only the text (OpenAI-style logprobs).
+    pub token_id: Option<u32>,
     pub text: Option<String>,
     pub logprob: f32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Token {
-    pub token_id: u32,
+    /// Vocabulary id; `None` for timing-only or text-only sources (TensorRT-LLM step metrics,
+    /// OpenAI-style responses), which still give times, texts and probabilities.
+    pub token_id: Option<u32>,
     /// When the engine emitted the token (end of the iteration that produced it).
     pub emitted_ns: Option<Nanos>,
     /// When the iteration that produced it was scheduled (start of compute).
@@ -63,11 +66,16 @@ pub struct Token {
 }
 
 impl Token {
-    /// The chosen token's rank as implied by the candidates, when it is among them.
+    /// The chosen token's rank as implied by the candidates, when it is among them: matched by
+    /// id, or by text where ids are unknown.
     pub fn rank_from_candidates(&self) -> Option<u32> {
         self.candidates
             .iter()
-            .position(|c| c.token_id == self.token_id)
+            .position(|c| match (c.token_id, self.token_id) {
+                (Some(a), Some(b)) => a == b,
+                (None, None) => c.text.is_some() && c.text == self.text,
+                _ => false,
+            })
             .map(|i| i as u32 + 1)
     }
 }

@@ -172,6 +172,13 @@ fn request(r: v1::Request) -> Result<RequestTrace, FieldError> {
     Ok(trace)
 }
 
+/// The wire's "unknown token id".
+pub const UNKNOWN_ID: u32 = u32::MAX;
+
+fn known(id: u32) -> Option<u32> {
+    (id != UNKNOWN_ID).then_some(id)
+}
+
 /// A column must be empty (not recorded) or have one element per token.
 fn column<T>(name: &str, col: Vec<T>, n: usize) -> Result<Option<Vec<T>>, FieldError> {
     match col.len() {
@@ -242,13 +249,13 @@ fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
         let candidates = (0..k)
             .map(|_| Candidate {
                 // Lengths were checked above, so the iterators cannot run dry.
-                token_id: cand_ids.next().unwrap_or_default(),
+                token_id: known(cand_ids.next().unwrap_or(UNKNOWN_ID)),
                 logprob: cand_lps.next().unwrap_or_default(),
                 text: cand_texts.as_mut().and_then(Iterator::next),
             })
             .collect();
         out.push(Token {
-            token_id: c.token_id[i],
+            token_id: known(c.token_id[i]),
             emitted_ns: emitted.as_ref().map(|e| e[i]),
             scheduled_ns: scheduled.as_ref().map(|e| e[i]),
             batch_size: batch_size.as_ref().map(|b| b[i]),
@@ -349,7 +356,7 @@ fn request_to_wire(r: &RequestTrace) -> v1::Request {
     let t = &r.tokens;
     let all = |f: fn(&Token) -> bool| !t.is_empty() && t.iter().all(f);
     let mut cols = v1::TokenColumns {
-        token_id: t.iter().map(|x| x.token_id).collect(),
+        token_id: t.iter().map(|x| x.token_id.unwrap_or(UNKNOWN_ID)).collect(),
         ..Default::default()
     };
     if all(|x| x.emitted_ns.is_some()) {
@@ -382,7 +389,7 @@ fn request_to_wire(r: &RequestTrace) -> v1::Request {
     if t.iter().any(|x| !x.candidates.is_empty()) {
         cols.candidate_count = t.iter().map(|x| x.candidates.len() as u32).collect();
         let cands = || t.iter().flat_map(|x| &x.candidates);
-        cols.candidate_token_id = cands().map(|c| c.token_id).collect();
+        cols.candidate_token_id = cands().map(|c| c.token_id.unwrap_or(UNKNOWN_ID)).collect();
         cols.candidate_logprob = cands().map(|c| c.logprob).collect();
         if cands().all(|c| c.text.is_some()) {
             cols.candidate_text = cands().filter_map(|c| c.text.clone()).collect();

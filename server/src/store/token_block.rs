@@ -104,15 +104,16 @@ pub fn encode<'v>(
     let mut c = Columns::default();
     let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
     for t in tokens {
+        // Only a known id is elided; a text-only token keeps its own fields.
         let pos = t
             .candidates
             .iter()
-            .position(|cand| cand.token_id == t.token_id);
+            .position(|cand| t.token_id.is_some() && cand.token_id == t.token_id);
         match pos {
             Some(k) => c.chosen_pos.varint(k as u64 + 1),
             None => {
                 c.chosen_pos.varint(0);
-                c.token_id.push(t.token_id.into());
+                c.token_id.push(id_code(t.token_id));
             }
         }
         c.emitted_present.u8(u8::from(t.emitted_ns.is_some()));
@@ -152,12 +153,12 @@ pub fn encode<'v>(
             &mut c.text_state,
             &mut c.text,
             t.text.as_deref(),
-            vocab(t.token_id),
+            t.token_id.and_then(&vocab),
         );
         c.cand_count.varint(t.candidates.len() as u64);
         let mut last_q = 0i64;
         for cand in &t.candidates {
-            c.cand_id.push(cand.token_id.into());
+            c.cand_id.push(id_code(cand.token_id));
             let q = quantize(cand.logprob);
             c.cand_logprob.push(q.wrapping_sub(last_q) as u64);
             last_q = q;
@@ -165,7 +166,7 @@ pub fn encode<'v>(
                 &mut c.cand_text_state,
                 &mut c.cand_text,
                 cand.text.as_deref(),
-                vocab(cand.token_id),
+                cand.token_id.and_then(&vocab),
             );
         }
     }
@@ -213,6 +214,11 @@ pub fn encode<'v>(
     out.buf
 }
 
+/// Token ids shifted by one so that 0 stands for "unknown".
+fn id_code(id: Option<u32>) -> u64 {
+    id.map_or(0, |v| u64::from(v) + 1)
+}
+
 fn get_text(state: &mut Reader, inline: &mut Reader) -> Result<(Option<String>, bool)> {
     match state.u8()? {
         TEXT_NONE => Ok((None, false)),
@@ -238,8 +244,12 @@ impl Column {
         self.values.next().ok_or_else(corrupt)
     }
 
-    fn u32(&mut self) -> Result<u32> {
-        u32::try_from(self.next()?).map_err(|_| corrupt())
+    /// A token id stored by [`id_code`].
+    fn id(&mut self) -> Result<Option<u32>> {
+        match self.next()? {
+            0 => Ok(None),
+            v => u32::try_from(v - 1).map(Some).map_err(|_| corrupt()),
+        }
     }
 }
 
@@ -289,7 +299,7 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
     for i in 0..n {
         let pos = chosen_pos.varint()? as usize;
         let explicit_id = if pos == 0 {
-            Some(token_id.u32()?)
+            Some(token_id.id()?)
         } else {
             None
         };
@@ -331,10 +341,10 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
         let mut candidates = Vec::with_capacity(k.min(1024));
         let mut last_q = 0i64;
         for j in 0..k {
-            let id = cand_id.u32()?;
+            let id = cand_id.id()?;
             last_q = last_q.wrapping_add(cand_logprob.next()? as i64);
             let (text, is_ref) = get_text(&mut cand_text_state, &mut cand_text)?;
-            if is_ref {
+            if let (true, Some(id)) = (is_ref, id) {
                 refs.push(VocabRef {
                     token: i,
                     candidate: Some(j),
@@ -360,11 +370,11 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
             ),
             _ => lp_inline,
         };
-        if text_is_ref {
+        if let (true, Some(id)) = (text_is_ref, chosen) {
             refs.push(VocabRef {
                 token: i,
                 candidate: None,
-                token_id: chosen,
+                token_id: id,
             });
         }
         tokens.push(Token {
@@ -403,7 +413,7 @@ mod tests {
         let base = 1_700_000_000_000_000_000;
         vec![
             Token {
-                token_id: 9906,
+                token_id: Some(9906),
                 emitted_ns: Some(base + 35_123_456),
                 scheduled_ns: Some(base + 20_000_001),
                 batch_size: Some(12),
@@ -415,19 +425,19 @@ mod tests {
                 special: SpecialToken::None,
                 candidates: vec![
                     Candidate {
-                        token_id: 9906,
+                        token_id: Some(9906),
                         text: Some("Hello".into()),
                         logprob: -0.125,
                     },
                     Candidate {
-                        token_id: 13347,
+                        token_id: Some(13347),
                         text: Some("Hi".into()),
                         logprob: -2.5,
                     },
                 ],
             },
             Token {
-                token_id: 128009,
+                token_id: Some(128009),
                 emitted_ns: Some(base + 60_000_001),
                 scheduled_ns: None,
                 batch_size: None,
@@ -439,19 +449,32 @@ mod tests {
                 special: SpecialToken::Eos,
                 candidates: vec![
                     Candidate {
-                        token_id: 0,
+                        token_id: Some(0),
                         text: None,
                         logprob: -0.5,
                     },
                     Candidate {
-                        token_id: 1,
+                        token_id: Some(1),
                         text: Some(" odd".into()),
                         logprob: -1.0,
                     },
                 ],
             },
             Token {
-                token_id: 5,
+                token_id: Some(5),
+                ..Token::default()
+            },
+            // Text-only source: no ids, chosen matched by text.
+            Token {
+                token_id: None,
+                text: Some("Hi".into()),
+                logprob: Some(-0.125),
+                rank: Some(1),
+                candidates: vec![Candidate {
+                    token_id: None,
+                    text: Some("Hi".into()),
+                    logprob: -0.125,
+                }],
                 ..Token::default()
             },
         ]

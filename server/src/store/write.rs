@@ -81,11 +81,11 @@ impl Store {
         // Collected (not a lazy iterator) so the future stays Send across the awaits below.
         let mut texts: Vec<(u32, &str)> = Vec::new();
         for t in requests.iter().flat_map(|r| &r.tokens) {
-            texts.extend(t.text.as_deref().map(|x| (t.token_id, x)));
+            texts.extend(t.text.as_deref().zip(t.token_id).map(|(x, id)| (id, x)));
             texts.extend(
                 t.candidates
                     .iter()
-                    .filter_map(|c| c.text.as_deref().map(|x| (c.token_id, x))),
+                    .filter_map(|c| c.text.as_deref().zip(c.token_id).map(|(x, id)| (id, x))),
             );
         }
         let vocab = self

@@ -94,11 +94,11 @@ fn token_from(pos: Position, at: &str) -> Result<Token, FieldError> {
     for k in 0..n {
         let token_id = id(pos.ids[k])?;
         // The emitted token may be repeated among the top-k; keep it once.
-        if k > 0 && token_id == cands[0].token_id {
+        if k > 0 && Some(token_id) == cands[0].token_id {
             continue;
         }
         cands.push(Candidate {
-            token_id,
+            token_id: Some(token_id),
             text: pos.texts.as_ref().map(|t| t[k].clone()),
             logprob: pos.logprobs[k] as f32,
         });
@@ -339,9 +339,9 @@ mod tests {
             "p",
         )
         .unwrap();
-        assert_eq!(t.token_id, 7);
+        assert_eq!(t.token_id, Some(7));
         assert_eq!(t.rank, Some(2));
-        let order: Vec<u32> = t.candidates.iter().map(|c| c.token_id).collect();
+        let order: Vec<u32> = t.candidates.iter().filter_map(|c| c.token_id).collect();
         assert_eq!(
             order,
             [3, 7, 9],
