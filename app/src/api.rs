@@ -113,6 +113,27 @@ pub struct InstanceList {
     pub instances: Vec<InstanceInfo>,
 }
 
+/// One refused item of an ingest or import.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub item: String,
+    pub field: String,
+    pub message: String,
+}
+
+/// Reply of `POST /api/v1/import` (and what `tokenscope import` prints).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ImportReply {
+    pub accepted_requests: u64,
+    pub duplicate_requests: u64,
+    pub rejected_requests: u64,
+    pub accepted_iterations: u64,
+    pub rejected_iterations: u64,
+    pub rejections: Vec<Rejection>,
+    /// What the format could not say exactly (estimated counts, anchored clocks, …).
+    pub warnings: Vec<String>,
+}
+
 /// Body of every error reply: what was wrong, in words a user can act on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {

@@ -33,6 +33,24 @@ pub enum Command {
         #[arg(long)]
         if_empty: bool,
     },
+    /// Import a file: TensorRT-LLM perf metrics or perf-time-events logs, or OpenAI-style responses.
+    Import {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long, value_enum)]
+        format: crate::ingest::import::Format,
+        /// Instance the requests ran on (default: trtllm-import / openai-import).
+        #[arg(long)]
+        instance: Option<String>,
+        /// Model name, when the file does not say.
+        #[arg(long)]
+        model: Option<String>,
+        /// Seconds to add to the file's times to make Unix time (TensorRT-LLM uses a steady clock;
+        /// without this the latest token is anchored at the import time).
+        #[arg(long, allow_hyphen_values = true)]
+        clock_offset_s: Option<f64>,
+        file: std::path::PathBuf,
+    },
     /// Drop stored data older than N days (whole daily partitions), then exit.
     Retention {
         #[command(flatten)]
@@ -96,6 +114,31 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Migrate(db) => Store::connect(&db.database_url).await.map(|_| ()),
         Command::Demo { db, if_empty } => {
             crate::demo::load(&Store::connect(&db.database_url).await?, if_empty).await
+        }
+        Command::Import {
+            db,
+            format,
+            instance,
+            model,
+            clock_offset_s,
+            file,
+        } => {
+            let bytes = std::fs::read(&file).map_err(|e| {
+                crate::error::Error::InvalidArgument(format!("cannot read {}: {e}", file.display()))
+            })?;
+            let store = Store::connect(&db.database_url).await?;
+            let opts = crate::ingest::import::Options {
+                instance: instance.unwrap_or_else(|| format.default_instance().into()),
+                model,
+                clock_offset_s,
+                now_ns: crate::ingest::import::now_ns(),
+            };
+            let reply = crate::ingest::import::import(&store, format, &bytes, &opts).await?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&reply).unwrap_or_default()
+            );
+            Ok(())
         }
         Command::Retention { db, keep_days } => {
             let store = Store::connect(&db.database_url).await?;

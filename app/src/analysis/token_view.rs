@@ -55,9 +55,10 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad]) -> Vec<TokenView> {
                         logprob: c.logprob,
                     })
                     .collect(),
-                // Iteration records are the engine's own view; per-token reports are the fallback.
-                batch_size: step.map(|s| s.batch_size).or(t.batch_size),
-                waiting: step.map(|s| s.waiting).or(t.waiting),
+                // What the engine reported for this very token wins; iteration records fill in
+                // (an imported file may hold only part of a batch's members).
+                batch_size: t.batch_size.or(step.map(|s| s.batch_size)),
+                waiting: t.waiting.or(step.map(|s| s.waiting)),
             }
         })
         .collect()

@@ -26,6 +26,47 @@ impl SpecialToken {
         self as u8
     }
 
+    /// Recognises the control-token spellings of common tokenizers.
+    pub fn from_text(text: &str) -> SpecialToken {
+        let marked = (text.starts_with("<|") && text.ends_with("|>"))
+            || (text.starts_with('<')
+                && text.ends_with('>')
+                && !text.contains(' ')
+                && text.len() <= 24)
+            || (text.starts_with('[')
+                && text.ends_with(']')
+                && text.len() <= 12
+                && text[1..].chars().next().is_some_and(char::is_uppercase));
+        if !marked {
+            return SpecialToken::None;
+        }
+        let t = text.to_ascii_lowercase();
+        // Precise spellings only: `<|end_header_id|>` is a control token but not the end of output.
+        if [
+            "eos",
+            "eot",
+            "</s>",
+            "im_end",
+            "endoftext",
+            "end_of_text",
+            "|end|",
+        ]
+        .iter()
+        .any(|k| t.contains(k))
+        {
+            SpecialToken::Eos
+        } else if ["bos", "begin_of_text", "<s>"]
+            .iter()
+            .any(|k| t.contains(k))
+        {
+            SpecialToken::Bos
+        } else if t.contains("pad") {
+            SpecialToken::Pad
+        } else {
+            SpecialToken::Other
+        }
+    }
+
     pub fn from_code(code: u8) -> Option<Self> {
         [Self::None, Self::Eos, Self::Bos, Self::Pad, Self::Other]
             .get(usize::from(code))
@@ -77,5 +118,32 @@ impl Token {
                 _ => false,
             })
             .map(|i| i as u32 + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn special_tokens_are_recognised() {
+        for (text, kind) in [
+            ("<|eot_id|>", SpecialToken::Eos),
+            ("</s>", SpecialToken::Eos),
+            ("<|im_end|>", SpecialToken::Eos),
+            ("<|endoftext|>", SpecialToken::Eos),
+            ("<|begin_of_text|>", SpecialToken::Bos),
+            ("<s>", SpecialToken::Bos),
+            ("<pad>", SpecialToken::Pad),
+            ("[PAD]", SpecialToken::Pad),
+            ("<|start_header_id|>", SpecialToken::Other),
+            ("<|end_header_id|>", SpecialToken::Other),
+            ("<|tool_call|>", SpecialToken::Other),
+            (" <b>", SpecialToken::None),
+            ("hello", SpecialToken::None),
+            ("[1]", SpecialToken::None),
+        ] {
+            assert_eq!(SpecialToken::from_text(text), kind, "{text}");
+        }
     }
 }

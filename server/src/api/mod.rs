@@ -12,6 +12,7 @@ use app::api::{InstanceList, RequestDetail, RequestList};
 
 use crate::error::{Error, Result};
 use crate::ingest;
+use crate::ingest::import::{Format, Options};
 use crate::store::{RequestFilter, Store};
 
 pub const DEFAULT_LIMIT: i64 = 100;
@@ -21,6 +22,7 @@ const ORDERS: [&str; 4] = ["start", "recent", "ttft_desc", "tpot_desc"];
 pub fn router(store: Store) -> Router {
     Router::new()
         .route("/api/v1/traces", post(ingest::http::post_traces))
+        .route("/api/v1/import", post(import))
         .route("/api/v1/requests", get(list_requests))
         .route("/api/v1/requests/{request_id}", get(get_request))
         .route("/api/v1/instances", get(list_instances))
@@ -116,6 +118,39 @@ async fn list_instances(State(store): State<Store>) -> Result<Json<InstanceList>
     Ok(Json(InstanceList {
         instances: store.list_instances().await?,
     }))
+}
+
+#[derive(Debug, Deserialize)]
+struct ImportParams {
+    format: Option<String>,
+    instance: Option<String>,
+    model: Option<String>,
+    clock_offset_s: Option<String>,
+}
+
+/// `POST /api/v1/import?format=trtllm-perf-metrics|trtllm-iteration-log|openai`: the file is the body.
+async fn import(
+    State(store): State<Store>,
+    Query(p): Query<ImportParams>,
+    body: axum::body::Bytes,
+) -> Result<Json<app::api::ImportReply>> {
+    let format = Format::parse(p.format.as_deref().unwrap_or(""))?;
+    let clock_offset_s = non_empty(p.clock_offset_s)
+        .map(|v| {
+            v.parse::<f64>().map_err(|_| {
+                Error::InvalidArgument(format!("clock_offset_s={v:?} is not a number of seconds"))
+            })
+        })
+        .transpose()?;
+    let opts = Options {
+        instance: non_empty(p.instance).unwrap_or_else(|| format.default_instance().into()),
+        model: non_empty(p.model),
+        clock_offset_s,
+        now_ns: ingest::import::now_ns(),
+    };
+    Ok(Json(
+        ingest::import::import(&store, format, &body, &opts).await?,
+    ))
 }
 
 async fn readyz(State(store): State<Store>) -> Result<(StatusCode, &'static str)> {

@@ -5,6 +5,7 @@
 
 pub mod grpc;
 pub mod http;
+pub mod import;
 pub mod native;
 pub mod otlp;
 pub mod otlp_endpoints;

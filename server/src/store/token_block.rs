@@ -298,11 +298,7 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
     let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
     for i in 0..n {
         let pos = chosen_pos.varint()? as usize;
-        let explicit_id = if pos == 0 {
-            Some(token_id.id()?)
-        } else {
-            None
-        };
+        let explicit_id = if pos == 0 { Some(token_id.id()?) } else { None };
         let emitted_ns = match emitted_present.u8()? {
             0 => None,
             _ => {

@@ -249,7 +249,10 @@ fn from_arrays(span: &Span) -> Result<Vec<Token>, FieldError> {
 fn flag_special(tokens: &mut [Token], finish: FinishReason) {
     let n = tokens.len();
     for (i, t) in tokens.iter_mut().enumerate() {
-        let kind = t.text.as_deref().map_or(SpecialToken::None, special_kind);
+        let kind = t
+            .text
+            .as_deref()
+            .map_or(SpecialToken::None, SpecialToken::from_text);
         t.special = match kind {
             SpecialToken::None
                 if i + 1 == n && finish == FinishReason::Stop && t.text.as_deref() == Some("") =>
@@ -261,72 +264,9 @@ fn flag_special(tokens: &mut [Token], finish: FinishReason) {
     }
 }
 
-/// Recognises the control-token spellings of common tokenizers.
-pub fn special_kind(text: &str) -> SpecialToken {
-    let marked = (text.starts_with("<|") && text.ends_with("|>"))
-        || (text.starts_with('<')
-            && text.ends_with('>')
-            && !text.contains(' ')
-            && text.len() <= 24)
-        || (text.starts_with('[')
-            && text.ends_with(']')
-            && text.len() <= 12
-            && text[1..].chars().next().is_some_and(char::is_uppercase));
-    if !marked {
-        return SpecialToken::None;
-    }
-    let t = text.to_ascii_lowercase();
-    // Precise spellings only: `<|end_header_id|>` is a control token but not the end of output.
-    if [
-        "eos",
-        "eot",
-        "</s>",
-        "im_end",
-        "endoftext",
-        "end_of_text",
-        "|end|",
-    ]
-    .iter()
-    .any(|k| t.contains(k))
-    {
-        SpecialToken::Eos
-    } else if ["bos", "begin_of_text", "<s>"]
-        .iter()
-        .any(|k| t.contains(k))
-    {
-        SpecialToken::Bos
-    } else if t.contains("pad") {
-        SpecialToken::Pad
-    } else {
-        SpecialToken::Other
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn special_tokens_are_recognised() {
-        for (text, kind) in [
-            ("<|eot_id|>", SpecialToken::Eos),
-            ("</s>", SpecialToken::Eos),
-            ("<|im_end|>", SpecialToken::Eos),
-            ("<|endoftext|>", SpecialToken::Eos),
-            ("<|begin_of_text|>", SpecialToken::Bos),
-            ("<s>", SpecialToken::Bos),
-            ("<pad>", SpecialToken::Pad),
-            ("[PAD]", SpecialToken::Pad),
-            ("<|start_header_id|>", SpecialToken::Other),
-            ("<|end_header_id|>", SpecialToken::Other),
-            ("<|tool_call|>", SpecialToken::Other),
-            (" <b>", SpecialToken::None),
-            ("hello", SpecialToken::None),
-            ("[1]", SpecialToken::None),
-        ] {
-            assert_eq!(special_kind(text), kind, "{text}");
-        }
-    }
 
     #[test]
     fn emitted_first_candidates_are_put_in_rank_order() {

@@ -1,0 +1,334 @@
+//! TensorRT-LLM request performance records: `GET /perf_metrics` (items with `perf_metrics`:
+//! `timing_metrics`, `kv_cache_metrics`, optional `step_metrics` / `ctx_chunk_metrics`), and the
+//! perf-time-events JSONL (`time_breakdown_metrics` + `request_timing_metrics`) whose per-step
+//! entries carry the batch context (`iter_counter`, `iter_batch_size`, `num_ctx_requests`, …).
+//!
+//! Times are steady-clock seconds. Token ids are not reported, so tokens carry times and batch
+//! load only.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use app::model::{
+    BatchEntry, EngineKind, FinishReason, Iteration, KvTransfer, Nanos, Phase, PrefillChunk,
+    RequestTrace, Token,
+    validate::{self, FieldError},
+};
+
+use super::{Imported, Options, json_values, resource};
+use crate::error::Result;
+use crate::ingest::{Item, ItemKind, ResourceBatch, normalize};
+
+/// One request's record, whichever file it came from.
+struct Record<'a> {
+    label: String,
+    request_id: String,
+    rank: i64,
+    timing: &'a serde_json::Map<String, Value>,
+    steps: &'a [Value],
+    chunks: &'a [Value],
+    first_iter: Option<i64>,
+    last_iter: Option<i64>,
+    accepted_draft: i64,
+}
+
+static EMPTY_MAP: std::sync::LazyLock<serde_json::Map<String, Value>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn id_string(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn list(v: Option<&Value>) -> &[Value] {
+    v.and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+pub fn perf_metrics(text: &str, opts: &Options) -> Result<Imported> {
+    let values = json_values(text)?;
+    let records = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let pm = v.get("perf_metrics").unwrap_or(v);
+            Record {
+                label: format!("record[{i}]"),
+                request_id: id_string(v.get("request_id")).unwrap_or_default(),
+                rank: 0,
+                timing: pm
+                    .get("timing_metrics")
+                    .and_then(Value::as_object)
+                    .unwrap_or(&EMPTY_MAP),
+                steps: list(pm.get("step_metrics")),
+                chunks: list(pm.get("ctx_chunk_metrics")),
+                first_iter: pm.get("first_iter").and_then(Value::as_i64),
+                last_iter: pm.get("last_iter").and_then(Value::as_i64),
+                accepted_draft: pm
+                    .pointer("/speculative_decoding/total_accepted_draft_tokens")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0),
+            }
+        })
+        .collect();
+    Ok(map(records, opts))
+}
+
+pub fn iteration_log(text: &str, opts: &Options) -> Result<Imported> {
+    let values = json_values(text)?;
+    let records = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let tb = v.get("time_breakdown_metrics").unwrap_or(&Value::Null);
+            Record {
+                label: format!("line {}", i + 1),
+                request_id: id_string(v.get("request_id")).unwrap_or_default(),
+                rank: v.get("rank").and_then(Value::as_i64).unwrap_or(0),
+                timing: v
+                    .get("request_timing_metrics")
+                    .and_then(Value::as_object)
+                    .unwrap_or(&EMPTY_MAP),
+                steps: list(tb.get("step_metrics")),
+                chunks: list(tb.get("ctx_chunk_metrics")),
+                first_iter: None,
+                last_iter: None,
+                accepted_draft: 0,
+            }
+        })
+        .collect();
+    Ok(map(records, opts))
+}
+
+fn f(v: &Value, key: &str) -> Option<f64> {
+    v.get(key).and_then(Value::as_f64).filter(|x| *x > 0.0)
+}
+
+fn u(v: &Value, key: &str) -> Option<u32> {
+    v.get(key)
+        .and_then(Value::as_u64)
+        .and_then(|x| u32::try_from(x).ok())
+}
+
+/// When a step's output was ready: the token time, else the end of sampling or of the forward.
+fn step_end(v: &Value) -> Option<f64> {
+    f(v, "token_time")
+        .or(f(v, "sample_end_time"))
+        .or(f(v, "forward_end_time"))
+}
+
+fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
+    let mut out = Imported::default();
+    // Every tensor-parallel rank writes the same request; keep the lowest rank's record.
+    records.sort_by_key(|r| r.rank);
+    let mut seen = std::collections::HashSet::new();
+    records.retain(|r| r.request_id.is_empty() || seen.insert(r.request_id.clone()));
+
+    let latest = records
+        .iter()
+        .filter_map(|r| {
+            ["last_token_time", "first_token_time"]
+                .iter()
+                .find_map(|k| r.timing.get(*k)?.as_f64())
+        })
+        .fold(f64::MIN, f64::max);
+    // Offsets are applied in integer nanoseconds: seconds since the epoch as an f64 would lose
+    // a few hundred nanoseconds.
+    let offset_ns: Nanos = match opts.clock_offset_s {
+        Some(o) => (o * 1e9).round() as Nanos,
+        None if latest > 0.0 && latest < 946_684_800.0 => {
+            let offset = opts.now_ns - (latest * 1e9).round() as Nanos;
+            out.warnings.push(format!(
+                "times are steady-clock seconds; anchored so that the latest token is at import time \
+                 (offset {:.3} s). Pass the clock offset for true wall-clock times.",
+                offset as f64 / 1e9
+            ));
+            offset
+        }
+        None => 0,
+    };
+    let ns = |s: f64| (s * 1e9).round() as Nanos + offset_ns;
+
+    let mut batch = ResourceBatch {
+        resource: resource(opts, EngineKind::Trtllm, None),
+        requests: Vec::new(),
+        iterations: Vec::new(),
+    };
+    let mut iterations: BTreeMap<u64, Iteration> = BTreeMap::new();
+    let mut estimated = 0;
+    for rec in &records {
+        let label = format!("{} (request_id {:?})", rec.label, rec.request_id);
+        match request(rec, &ns, &mut iterations, &mut estimated) {
+            Ok(r) => batch.requests.push(Item { label, value: r }),
+            Err(e) => out.decoded.reject(ItemKind::Request, &label, e),
+        }
+    }
+    if estimated > 0 {
+        out.warnings.push(format!(
+            "{estimated} requests have no per-step metrics: their output token counts are estimated \
+             from first_iter/last_iter and accepted draft tokens, and they have no per-token times"
+        ));
+    }
+    for (id, it) in iterations {
+        match validate::iteration(&it) {
+            Ok(()) => batch.iterations.push(Item {
+                label: format!("iteration {id}"),
+                value: it,
+            }),
+            Err(e) => out
+                .decoded
+                .reject(ItemKind::Iteration, &format!("iteration {id}"), e),
+        }
+    }
+    out.decoded.batches.push(batch);
+    out
+}
+
+fn request(
+    rec: &Record,
+    ns: &impl Fn(f64) -> Nanos,
+    iterations: &mut BTreeMap<u64, Iteration>,
+    estimated: &mut usize,
+) -> Result<RequestTrace, FieldError> {
+    if rec.request_id.is_empty() {
+        return Err(FieldError::new("request_id", "is missing"));
+    }
+    let timing = Value::Object(rec.timing.clone());
+    let t = |key: &str| f(&timing, key).map(ns);
+    let arrival = t("server_arrival_time")
+        .or(t("arrival_time"))
+        .ok_or_else(|| FieldError::new("timing_metrics.arrival_time", "is missing"))?;
+    let first_token = t("first_token_time");
+    let finished = t("last_token_time")
+        .or(first_token)
+        .ok_or_else(|| FieldError::new("timing_metrics.last_token_time", "is missing"))?;
+
+    let mut prefill_chunks = Vec::new();
+    let mut tokens = Vec::new();
+    let mut note =
+        |id: Option<u32>, start: Nanos, end: Nanos, entry: BatchEntry, load: Option<u32>| {
+            if let Some(id) = id {
+                let it = iterations
+                    .entry(u64::from(id))
+                    .or_insert_with(|| Iteration {
+                        iteration_id: u64::from(id),
+                        start_ns: start,
+                        end_ns: end,
+                        batch: Vec::new(),
+                        running: load.unwrap_or(0),
+                        waiting: 0,
+                        kv_cache_usage: 0.0,
+                    });
+                it.batch.push(entry);
+            }
+        };
+    for c in rec.chunks {
+        let (Some(start), Some(end)) = (f(c, "forward_start_time"), step_end(c)) else {
+            continue;
+        };
+        let tokens_in_chunk = u(c, "req_context_token_number").unwrap_or(0);
+        let iteration = u(c, "iter_counter");
+        prefill_chunks.push(PrefillChunk {
+            start_ns: ns(start),
+            end_ns: ns(end),
+            tokens: tokens_in_chunk,
+            iteration: iteration.map(u64::from),
+        });
+        let entry = BatchEntry {
+            request_id: rec.request_id.clone(),
+            phase: Phase::Prefill,
+            tokens: tokens_in_chunk,
+            prefill_offset: 0,
+        };
+        note(
+            iteration,
+            ns(start),
+            ns(end),
+            entry,
+            u(c, "iter_batch_size"),
+        );
+    }
+    let first_scheduled = t("first_scheduled_time");
+    if let (true, Some(s), Some(ft)) = (prefill_chunks.is_empty(), first_scheduled, first_token) {
+        prefill_chunks.push(PrefillChunk {
+            start_ns: s,
+            end_ns: ft,
+            tokens: 0,
+            iteration: rec.first_iter.map(|i| i as u64),
+        });
+    }
+    // The context phase emits the first token; every generation step emits one or more.
+    if !rec.steps.is_empty() {
+        tokens.push(Token {
+            emitted_ns: first_token,
+            iteration: prefill_chunks.last().and_then(|c| c.iteration),
+            ..Token::default()
+        });
+    }
+    for s in rec.steps {
+        let Some(end) = step_end(s) else { continue };
+        let start = f(s, "forward_start_time").map(ns);
+        let n = u(s, "req_generation_token_number").unwrap_or(1).max(1);
+        let iteration = u(s, "iter_counter");
+        for _ in 0..n {
+            tokens.push(Token {
+                emitted_ns: Some(ns(end)),
+                scheduled_ns: start,
+                iteration: iteration.map(u64::from),
+                batch_size: u(s, "iter_batch_size"),
+                ..Token::default()
+            });
+        }
+        let entry = BatchEntry {
+            request_id: rec.request_id.clone(),
+            phase: Phase::Decode,
+            tokens: n,
+            prefill_offset: 0,
+        };
+        note(
+            iteration,
+            start.unwrap_or(ns(end)),
+            ns(end),
+            entry,
+            u(s, "iter_batch_size"),
+        );
+    }
+    let output_tokens = match (tokens.is_empty(), rec.first_iter, rec.last_iter) {
+        (true, Some(a), Some(b)) if b >= a => {
+            *estimated += 1;
+            (b - a + 1 + rec.accepted_draft) as u32
+        }
+        _ => 0,
+    };
+    let kv_transfer = match (t("kv_cache_transfer_start"), t("kv_cache_transfer_end")) {
+        (Some(s), Some(e)) => Some(KvTransfer {
+            start_ns: s,
+            end_ns: e,
+            bytes: f(&timing, "kv_cache_size").map(|b| b as u64),
+        }),
+        _ => None,
+    };
+    let mut r = RequestTrace {
+        request_id: rec.request_id.clone(),
+        arrival_ns: arrival,
+        queued_ns: t("server_arrival_time").and(t("arrival_time")),
+        first_scheduled_ns: first_scheduled,
+        first_token_ns: first_token,
+        finished_ns: finished,
+        finish_reason: FinishReason::Unknown,
+        prompt_tokens: prefill_chunks.iter().map(|c| c.tokens).sum(),
+        output_tokens,
+        prefill_chunks,
+        kv_transfer,
+        tokens,
+        ..RequestTrace::default()
+    };
+    normalize(&mut r);
+    validate::request(&r)?;
+    Ok(r)
+}

@@ -1,0 +1,208 @@
+//! File imports over HTTP and from the command line: TensorRT-LLM perf metrics and perf-time-events
+//! logs, and OpenAI-style responses, read back through the query API.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+}
+
+/// The fixtures' steady clock starts at 5,000 s; this offset puts it at T0.
+const OFFSET: &str = "1796017000";
+
+async fn import(app: &TestApp, query: &str, rel: &str) -> reqwest::Response {
+    app.client
+        .post(format!("{}/api/v1/import?{query}", app.http))
+        .body(std::fs::read(fixture(rel)).unwrap())
+        .send()
+        .await
+        .unwrap()
+}
+
+fn close(v: &serde_json::Value, want: f64) -> bool {
+    v.as_f64().is_some_and(|x| (x - want).abs() < 1e-6)
+}
+
+#[tokio::test]
+async fn trtllm_perf_metrics_over_http() {
+    let app = spawn_app().await;
+    let resp = import(
+        &app,
+        &format!("format=trtllm-perf-metrics&instance=gen-3&model=llama&clock_offset_s={OFFSET}"),
+        "trtllm/perf_metrics.json",
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let reply: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(reply["accepted_requests"], 2, "{reply}");
+    assert_eq!(reply["rejected_requests"], 1);
+    assert_eq!(
+        reply["rejections"][0]["field"],
+        "timing_metrics.arrival_time"
+    );
+    assert!(
+        reply["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("1 requests have no per-step metrics"),
+        "{reply}"
+    );
+    assert_eq!(
+        reply["accepted_iterations"], 10,
+        "two context chunks and eight decode steps"
+    );
+
+    let d = app.get_json("/api/v1/requests/1001?instance=gen-3").await;
+    assert_eq!(d["engine"], "trtllm");
+    assert_eq!(d["arrival_ns"], T0);
+    assert!(close(&d["ttft_ms"], 152.0), "{}", d["ttft_ms"]);
+    assert!(close(&d["tpot_ms"], 30.0), "{}", d["tpot_ms"]);
+    assert!(close(&d["queue_ms"], 50.0), "{}", d["queue_ms"]);
+    assert_eq!(d["output_tokens"], 9);
+    assert_eq!(d["prompt_tokens"], 3048);
+    let tokens = d["tokens"].as_array().unwrap();
+    let latencies: Vec<f64> = tokens
+        .iter()
+        .map(|t| t["latency_ms"].as_f64().unwrap())
+        .collect();
+    assert!(
+        close(&latencies[0].into(), 152.0)
+            && latencies[1..].iter().all(|l| (l - 30.0).abs() < 1e-6),
+        "{latencies:?}"
+    );
+    assert!(
+        tokens[0]["token_id"].is_null(),
+        "TensorRT-LLM reports no token ids"
+    );
+    assert_eq!(tokens[3]["batch_size"], 6, "batch size at that step");
+    assert_eq!(tokens[3]["iteration"], 14);
+    let prefill: Vec<_> = d["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "prefill")
+        .collect();
+    assert_eq!(prefill.len(), 2);
+    assert_eq!(prefill[1]["tokens"], 1000);
+
+    let d = app.get_json("/api/v1/requests/1002").await;
+    assert_eq!(
+        d["output_tokens"], 20,
+        "estimated from first_iter/last_iter"
+    );
+    assert!(
+        close(&d["tpot_ms"], 30.0),
+        "(730 − 160) / 19 = 30 ms: {}",
+        d["tpot_ms"]
+    );
+    let kinds: Vec<&str> = d["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"kv_transfer"), "{kinds:?}");
+}
+
+#[tokio::test]
+async fn trtllm_iteration_log_from_the_command_line() {
+    let app = spawn_app().await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokenscope"))
+        .args([
+            "import",
+            "--format",
+            "trtllm-iteration-log",
+            "--instance",
+            "gen-4",
+            "--clock-offset-s",
+            OFFSET,
+        ])
+        .arg(fixture("trtllm/time_events_rank0_pid4242.jsonl"))
+        .env("DATABASE_URL", &app.database_url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        reply["accepted_requests"], 1,
+        "rank 1's copy of the request is not stored twice: {reply}"
+    );
+    let d = app.get_json("/api/v1/requests/1001").await;
+    assert_eq!(d["instance"], "gen-4");
+    assert!(
+        close(&d["ttft_ms"], 150.0),
+        "arrival is the executor's here: {}",
+        d["ttft_ms"]
+    );
+    assert_eq!(d["tokens"].as_array().unwrap().len(), 9);
+}
+
+#[tokio::test]
+async fn openai_responses_give_word_choice() {
+    let app = spawn_app().await;
+    let resp = import(&app, "format=openai", "openai/chat_logprobs.json").await;
+    assert_eq!(resp.status(), 200);
+    let d = app.get_json("/api/v1/requests/chatcmpl-8d1f").await;
+    assert_eq!(d["instance"], "openai-import");
+    assert_eq!(d["model"], "meta-llama/Llama-3.1-8B-Instruct");
+    let t = d["tokens"].as_array().unwrap();
+    assert_eq!(t[0]["rank"], 1);
+    assert_eq!(t[1]["rank"], 2, "rank derived from the candidates by text");
+    assert_eq!(t[1]["special"], "eos");
+    assert!((t[1]["logprob"].as_f64().unwrap().exp() - 0.1).abs() < 0.001);
+    assert_eq!(t[1]["candidates"][0]["text"], ",");
+
+    let resp = import(&app, "format=openai", "openai/completions.jsonl").await;
+    let reply: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(reply["accepted_requests"], 1, "{reply}");
+    assert_eq!(reply["rejected_requests"], 1);
+    assert_eq!(reply["rejections"][0]["field"], "choices[0].logprobs");
+    let d = app.get_json("/api/v1/requests/cmpl-77").await;
+    assert_eq!(
+        d["tokens"][0]["token_id"], 12366,
+        "vLLM's token_id:N form gives the id"
+    );
+    assert_eq!(d["tokens"][0]["rank"], 1);
+    assert_eq!(d["finish_reason"], "length");
+}
+
+#[tokio::test]
+async fn bad_imports_say_what_is_wrong() {
+    let app = spawn_app().await;
+    let resp = app
+        .client
+        .post(format!("{}/api/v1/import?format=csv", app.http))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("format=\"csv\""),
+        "{body}"
+    );
+    let resp = app
+        .client
+        .post(format!("{}/api/v1/import?format=openai", app.http))
+        .body("{\"id\": 1\nnot json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("line 1: not JSON"),
+        "{body}"
+    );
+}
