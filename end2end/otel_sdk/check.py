@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -87,6 +88,11 @@ def emit_sglang(provider, tr, rid, t0):
     provider.force_flush()
 
 
+def grpc_gzip():
+    from grpc import Compression
+    return Compression.Gzip
+
+
 def get(rid):
     deadline = time.time() + 15
     while True:
@@ -135,13 +141,16 @@ def main():
     provider.force_flush()
     cases.append(("vLLM over OTLP/HTTP", lambda: check_vllm(f"sdk-vllm-http-{stamp}")))
 
-    provider, tr = tracer(HttpExporter(endpoint=f"{HTTP}/v1/traces"), {"service.name": "sglang", "host.name": "sdk-node"})
+    # gzip-compressed bodies, as exporters send with OTEL_EXPORTER_OTLP_TRACES_COMPRESSION=gzip
+    exporter = HttpExporter(endpoint=f"{HTTP}/v1/traces", compression=HttpCompression.Gzip)
+    provider, tr = tracer(exporter, {"service.name": "sglang", "host.name": "sdk-node"})
     emit_sglang(provider, tr, f"sgl{stamp}http", T0 + 2000 * MS)
-    cases.append(("SGLang over OTLP/HTTP, three exports", lambda: check_sglang(f"sgl{stamp}http")))
+    cases.append(("SGLang over OTLP/HTTP (gzip), three exports", lambda: check_sglang(f"sgl{stamp}http")))
 
-    provider, tr = tracer(GrpcExporter(endpoint=GRPC, insecure=True), {"service.name": "sglang", "host.name": "sdk-node-2"})
+    exporter = GrpcExporter(endpoint=GRPC, insecure=True, compression=grpc_gzip())
+    provider, tr = tracer(exporter, {"service.name": "sglang", "host.name": "sdk-node-2"})
     emit_sglang(provider, tr, f"sgl{stamp}grpc", T0 + 3000 * MS)
-    cases.append(("SGLang over OTLP/gRPC, three exports", lambda: check_sglang(f"sgl{stamp}grpc")))
+    cases.append(("SGLang over OTLP/gRPC (gzip), three exports", lambda: check_sglang(f"sgl{stamp}grpc")))
 
     for name, check in cases:
         try:

@@ -288,4 +288,44 @@ mod tests {
             "duplicate of the emitted token dropped, rest by logprob"
         );
     }
+
+    #[test]
+    fn per_token_arrays_of_mismatched_length_are_rejected() {
+        use opentelemetry_proto::tonic::common::v1::{
+            AnyValue, ArrayValue, KeyValue, any_value::Value,
+        };
+        let array = |key: &str, values: Vec<Value>| KeyValue {
+            key: key.into(),
+            value: Some(AnyValue {
+                value: Some(Value::ArrayValue(ArrayValue {
+                    values: values
+                        .into_iter()
+                        .map(|v| AnyValue { value: Some(v) })
+                        .collect(),
+                })),
+            }),
+            ..Default::default()
+        };
+        let span = Span {
+            start_time_unix_nano: 1_796_022_000_000_000_000,
+            attributes: vec![
+                array(
+                    TIME_TO_GENERATE[0],
+                    vec![
+                        Value::DoubleValue(0.1),
+                        Value::DoubleValue(0.2),
+                        Value::DoubleValue(0.3),
+                    ],
+                ),
+                array(BATCH_SIZE[0], vec![Value::IntValue(4), Value::IntValue(4)]),
+            ],
+            ..Default::default()
+        };
+        let e = tokens(&span, FinishReason::Stop).unwrap_err();
+        assert_eq!(
+            e.field,
+            "attributes[\"gen_ai.iteration.per_token_batch_size\"]"
+        );
+        assert!(e.message.contains("mismatched length"), "{}", e.message);
+    }
 }
