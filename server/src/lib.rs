@@ -8,4 +8,5 @@ pub mod fixtures;
 pub mod ingest;
 pub mod proto;
 pub mod server;
+pub mod sim;
 pub mod store;

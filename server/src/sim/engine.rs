@@ -1,0 +1,348 @@
+//! A discrete-event model of a continuous-batching engine: admission, token budget, chunked or
+//! whole prefills, prefill-first or decode-first steps, a running cap, and a KV cache in blocks
+//! with preemption (recompute) when it runs out. It records what a real engine would trace.
+
+use std::collections::VecDeque;
+
+use app::model::{
+    BatchEntry, Iteration, Nanos, Phase, Preemption, PrefillChunk, RequestTrace, Token,
+};
+
+use super::cost::{Profile, StepLoad};
+use crate::fixtures::Rng;
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub profile: &'static Profile,
+    /// Most tokens (prefill + decode) one step may compute (vLLM `max_num_batched_tokens`).
+    pub token_budget: u32,
+    /// Split prompts into budget-sized chunks that run alongside decodes (vLLM V1, SGLang
+    /// `--chunked-prefill-size`); otherwise a prompt is prefilled whole in one step.
+    pub chunked_prefill: bool,
+    /// Without chunking: a waiting prompt takes the next step and decodes pause (prefill
+    /// priority, the colocated default); otherwise decodes go first.
+    pub prefill_first: bool,
+    pub max_running: usize,
+    pub kv_blocks: u32,
+    pub block_size: u32,
+}
+
+impl EngineConfig {
+    pub fn new(profile: &'static Profile) -> Self {
+        Self {
+            profile,
+            token_budget: 8192,
+            chunked_prefill: true,
+            prefill_first: true,
+            max_running: 256,
+            kv_blocks: 40_000,
+            block_size: 16,
+        }
+    }
+}
+
+/// A request as offered to the engine.
+#[derive(Clone, Debug)]
+pub struct SimRequest {
+    pub id: String,
+    pub arrival_ns: Nanos,
+    /// When the engine may first schedule it (after a KV transfer, on a PD decode instance).
+    pub ready_ns: Nanos,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    /// Prompt tokens already in the prefix cache.
+    pub cached_tokens: u32,
+    /// The prompt's KV arrives from elsewhere (PD decode instance): no prefill here.
+    pub kv_received: bool,
+}
+
+struct State {
+    req: SimRequest,
+    /// Tokens that must be (re)computed before decoding: uncached prompt, plus generated tokens
+    /// after a recompute preemption.
+    to_prefill: u32,
+    prefilled: u32,
+    generated: u32,
+    blocks: u32,
+    first_scheduled: Option<Nanos>,
+    chunks: Vec<PrefillChunk>,
+    preemptions: Vec<Preemption>,
+    tokens: Vec<Token>,
+    finished: Option<Nanos>,
+}
+
+impl State {
+    fn context(&self) -> u32 {
+        self.req.prompt_tokens + self.generated
+    }
+}
+
+pub struct Output {
+    pub requests: Vec<RequestTrace>,
+    pub iterations: Vec<Iteration>,
+}
+
+fn blocks_for(tokens: u32, block_size: u32) -> u32 {
+    tokens.div_ceil(block_size)
+}
+
+/// Runs the engine over `requests` until all finish (or `limit_ns` passes); `first_iteration`
+/// numbers the steps.
+pub fn run(
+    cfg: &EngineConfig,
+    mut requests: Vec<SimRequest>,
+    rng: &mut Rng,
+    first_iteration: u64,
+) -> Output {
+    requests.sort_by_key(|r| r.ready_ns);
+    let mut states: Vec<State> = requests
+        .into_iter()
+        .map(|req| State {
+            to_prefill: if req.kv_received {
+                0
+            } else {
+                req.prompt_tokens - req.cached_tokens.min(req.prompt_tokens)
+            },
+            req,
+            prefilled: 0,
+            generated: 0,
+            blocks: 0,
+            first_scheduled: None,
+            chunks: Vec::new(),
+            preemptions: Vec::new(),
+            tokens: Vec::new(),
+            finished: None,
+        })
+        .collect();
+    let mut next_arrival = 0;
+    let mut waiting: VecDeque<usize> = VecDeque::new();
+    let mut running: Vec<usize> = Vec::new();
+    let mut free_blocks = cfg.kv_blocks;
+    let mut iterations = Vec::new();
+    let mut now = states.first().map_or(0, |s| s.req.ready_ns);
+    let mut iteration_id = first_iteration;
+
+    loop {
+        while next_arrival < states.len() && states[next_arrival].req.ready_ns <= now {
+            waiting.push_back(next_arrival);
+            next_arrival += 1;
+        }
+        if running.is_empty() && waiting.is_empty() {
+            match states.get(next_arrival) {
+                Some(s) => {
+                    now = s.req.ready_ns;
+                    continue;
+                }
+                None => break,
+            }
+        }
+
+        // Admission: the head of the queue joins when a slot and its KV blocks are free.
+        let mut admitted_now = Vec::new();
+        while let Some(&i) = waiting.front() {
+            let need = blocks_for(states[i].context().max(1), cfg.block_size);
+            if running.len() >= cfg.max_running || need > free_blocks {
+                break;
+            }
+            // Without chunking, prefill-first admits only what fits one step's budget.
+            waiting.pop_front();
+            free_blocks -= need;
+            states[i].blocks = need;
+            running.push(i);
+            admitted_now.push(i);
+            if let Some(p) = states[i].preemptions.last_mut() {
+                p.resumed_ns.get_or_insert(now);
+            }
+        }
+
+        let prefilling: Vec<usize> = running
+            .iter()
+            .copied()
+            .filter(|&i| states[i].prefilled < states[i].to_prefill)
+            .collect();
+        let decoding: Vec<usize> = running
+            .iter()
+            .copied()
+            .filter(|&i| states[i].prefilled >= states[i].to_prefill)
+            .collect();
+
+        // Choose the step's work.
+        let mut prefill_work: Vec<(usize, u32)> = Vec::new();
+        let mut decode_work: Vec<usize> = Vec::new();
+        if cfg.chunked_prefill {
+            decode_work = decoding.clone();
+            let mut budget = cfg.token_budget.saturating_sub(decode_work.len() as u32);
+            for &i in &prefilling {
+                if budget == 0 {
+                    break;
+                }
+                let n = (states[i].to_prefill - states[i].prefilled).min(budget);
+                prefill_work.push((i, n));
+                budget -= n;
+            }
+        } else if !prefilling.is_empty() && (cfg.prefill_first || decoding.is_empty()) {
+            // Whole prompts; the first always runs, others while they fit the budget.
+            let mut used = 0;
+            for &i in &prefilling {
+                let n = states[i].to_prefill - states[i].prefilled;
+                if used > 0 && used + n > cfg.token_budget {
+                    continue;
+                }
+                prefill_work.push((i, n));
+                used += n;
+            }
+        } else {
+            decode_work = decoding.clone();
+        }
+
+        // Decodes that need a new block may force preemption of the newest running request.
+        let mut k = 0;
+        while k < decode_work.len() {
+            let i = decode_work[k];
+            let need = blocks_for(states[i].context() + 1, cfg.block_size);
+            if need <= states[i].blocks {
+                k += 1;
+                continue;
+            }
+            if free_blocks > 0 {
+                free_blocks -= 1;
+                states[i].blocks += 1;
+                k += 1;
+                continue;
+            }
+            let victim = *running
+                .iter()
+                .max_by_key(|&&j| (states[j].req.ready_ns, j))
+                .expect("running is not empty");
+            running.retain(|&j| j != victim);
+            decode_work.retain(|&j| j != victim);
+            prefill_work.retain(|&(j, _)| j != victim);
+            free_blocks += states[victim].blocks;
+            let s = &mut states[victim];
+            s.blocks = 0;
+            // Recompute: the prompt and everything generated so far must be prefilled again.
+            s.to_prefill = s.req.prompt_tokens + s.generated;
+            s.prefilled = 0;
+            s.preemptions.push(Preemption {
+                at_ns: now,
+                resumed_ns: None,
+                recompute: true,
+            });
+            waiting.push_front(victim);
+            // Indices moved; check the remaining decodes again (those already grown pass).
+            k = 0;
+        }
+        if prefill_work.is_empty() && decode_work.is_empty() {
+            // Everything was preempted or blocked: wait for the next arrival or retry.
+            now += 1_000_000;
+            continue;
+        }
+
+        let load = StepLoad {
+            prefill: prefill_work
+                .iter()
+                .map(|&(i, n)| (n, states[i].prefilled))
+                .collect(),
+            decode_contexts: decode_work.iter().map(|&i| states[i].context()).collect(),
+        };
+        let base = cfg.profile.step_ns(&load) as f64;
+        let noise = (rng.below(2001) as f64 / 1000.0 - 1.0) * cfg.profile.jitter * 1.7;
+        let end = now + (base * (1.0 + noise)).max(1.0) as Nanos;
+
+        let mut batch = Vec::new();
+        for &(i, n) in &prefill_work {
+            let s = &mut states[i];
+            s.first_scheduled.get_or_insert(now);
+            batch.push(BatchEntry {
+                request_id: s.req.id.clone(),
+                phase: Phase::Prefill,
+                tokens: n,
+                prefill_offset: s.prefilled,
+            });
+            if s.generated == 0 {
+                s.chunks.push(PrefillChunk {
+                    start_ns: now,
+                    end_ns: end,
+                    tokens: n,
+                    iteration: Some(iteration_id),
+                });
+            }
+            s.prefilled += n;
+            // The step that completes a fresh prompt samples the first token.
+            if s.prefilled >= s.to_prefill && s.generated == 0 {
+                s.generated = 1;
+                s.tokens.push(Token {
+                    emitted_ns: Some(end),
+                    scheduled_ns: Some(now),
+                    iteration: Some(iteration_id),
+                    ..Token::default()
+                });
+            }
+        }
+        for &i in &decode_work {
+            let s = &mut states[i];
+            s.first_scheduled.get_or_insert(now);
+            batch.push(BatchEntry {
+                request_id: s.req.id.clone(),
+                phase: Phase::Decode,
+                tokens: 1,
+                prefill_offset: 0,
+            });
+            s.generated += 1;
+            s.tokens.push(Token {
+                emitted_ns: Some(end),
+                scheduled_ns: Some(now),
+                iteration: Some(iteration_id),
+                ..Token::default()
+            });
+        }
+        for &i in admitted_now
+            .iter()
+            .chain(prefill_work.iter().map(|(i, _)| i))
+            .chain(&decode_work)
+        {
+            let s = &mut states[i];
+            if s.finished.is_none() && s.generated >= s.req.output_tokens {
+                s.finished = Some(end);
+                free_blocks += s.blocks;
+                s.blocks = 0;
+                running.retain(|&j| j != i);
+            }
+        }
+        let batch_size = batch.len() as u32;
+        iterations.push(Iteration {
+            iteration_id,
+            start_ns: now,
+            end_ns: end,
+            batch,
+            running: (running.len() as u32).max(batch_size),
+            waiting: waiting.len() as u32,
+            kv_cache_usage: 1.0 - free_blocks as f32 / cfg.kv_blocks.max(1) as f32,
+        });
+        iteration_id += 1;
+        now = end;
+    }
+
+    let requests = states
+        .into_iter()
+        .map(|s| RequestTrace {
+            request_id: s.req.id.clone(),
+            arrival_ns: s.req.arrival_ns,
+            queued_ns: Some(s.req.ready_ns),
+            first_scheduled_ns: s.first_scheduled,
+            first_token_ns: s.tokens.first().and_then(|t| t.emitted_ns),
+            finished_ns: s.finished.unwrap_or(now),
+            prompt_tokens: s.req.prompt_tokens,
+            output_tokens: s.tokens.len() as u32,
+            cached_tokens: s.req.cached_tokens.min(s.req.prompt_tokens),
+            prefill_chunks: s.chunks,
+            preemptions: s.preemptions,
+            tokens: s.tokens,
+            ..RequestTrace::default()
+        })
+        .collect();
+    Output {
+        requests,
+        iterations,
+    }
+}

@@ -1,0 +1,487 @@
+//! Named scenarios that reproduce known incidents, each with a healthy control, and the ground
+//! truth of who suffered and who caused it.
+
+use serde::Serialize;
+
+use app::model::{EngineKind, FinishReason, KvTransfer, Nanos, Resource, Role};
+
+use super::content::{self, Ending};
+use super::cost::profile;
+use super::engine::{self, EngineConfig, Output, SimRequest};
+use crate::fixtures::Rng;
+
+const MS: Nanos = 1_000_000;
+
+pub const NAMES: [&str; 5] = [
+    "prefill-interrupts-decode",
+    "long-prompt-monopolizes",
+    "low-probability-eos",
+    "kv-preemption",
+    "pd-kv-transfer-stall",
+];
+
+/// What the simulator knows happened: printed with `--truth FILE`, checked by the diagnosis tests.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Truth {
+    pub scenario: String,
+    /// The diagnosis cause this scenario produces (see the diagnosis API).
+    pub cause: String,
+    pub instance: String,
+    pub victims: Vec<String>,
+    pub culprits: Vec<String>,
+    /// Requests of the healthy control: same shape, no incident.
+    pub controls: Vec<String>,
+    pub control_instance: String,
+}
+
+/// One instance's simulated traffic.
+pub struct InstanceRun {
+    pub resource: Resource,
+    pub output: Output,
+}
+
+pub struct Scenario {
+    pub runs: Vec<InstanceRun>,
+    pub truth: Truth,
+}
+
+fn req(id: &str, arrival: Nanos, prompt: u32, output: u32) -> SimRequest {
+    SimRequest {
+        id: id.into(),
+        arrival_ns: arrival,
+        ready_ns: arrival,
+        prompt_tokens: prompt,
+        output_tokens: output,
+        cached_tokens: 0,
+        kv_received: false,
+    }
+}
+
+fn resource(instance: &str, role: Role) -> Resource {
+    Resource {
+        engine: EngineKind::Other,
+        engine_version: "tokenscope-sim".into(),
+        model: "sim/llama-8b (cl100k vocabulary)".into(),
+        instance_id: instance.into(),
+        role,
+        host: "sim".into(),
+    }
+}
+
+/// Runs an engine and gives every request its token content.
+fn simulate(
+    instance: &str,
+    role: Role,
+    cfg: &EngineConfig,
+    reqs: Vec<SimRequest>,
+    rng: &mut Rng,
+    endings: &dyn Fn(&str) -> Ending,
+) -> InstanceRun {
+    let first_iteration = 1 + rng.below(1000) * 1000;
+    let mut output = engine::run(cfg, reqs, rng, first_iteration);
+    for r in &mut output.requests {
+        let ending = endings(&r.request_id);
+        content::fill(&mut r.tokens, ending, rng);
+        r.finish_reason = match ending {
+            Ending::Length => FinishReason::Length,
+            _ => FinishReason::Stop,
+        };
+    }
+    InstanceRun {
+        resource: resource(instance, role),
+        output,
+    }
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|k| format!("{prefix}-{k:02}")).collect()
+}
+
+pub fn build(name: &str, t0: Nanos, seed: u64) -> Option<Scenario> {
+    let mut rng = Rng::new(seed);
+    let p8 = profile("llama-8b-h100").expect("profile exists");
+    let confident = |_: &str| Ending::ConfidentEos;
+    let s = match name {
+        "prefill-interrupts-decode" => {
+            // Colocated, no chunking, prefill priority: each new 14k-token prompt takes whole steps
+            // while the decode-heavy request waits for its next token.
+            let mut cfg = EngineConfig::new(p8);
+            cfg.chunked_prefill = false;
+            cfg.token_budget = 16_384;
+            let culprits = ids("pid-prefill", 12);
+            let mut reqs = vec![req("pid-victim", t0, 200, 100)];
+            reqs.extend(
+                culprits
+                    .iter()
+                    .enumerate()
+                    .map(|(k, id)| req(id, t0 + 300 * MS + k as Nanos * 300 * MS, 14_000, 4)),
+            );
+            // Control: the same traffic with chunked prefill (512-token steps) keeps decode flowing.
+            let mut ctl = EngineConfig::new(p8);
+            ctl.token_budget = 512;
+            let mut creqs = vec![req("pid-control", t0, 200, 100)];
+            creqs.extend((0..12).map(|k| {
+                req(
+                    &format!("pid-control-prefill-{k:02}"),
+                    t0 + 300 * MS + k * 300 * MS,
+                    14_000,
+                    4,
+                )
+            }));
+            Scenario {
+                runs: vec![
+                    simulate("sim-pid", Role::Colocated, &cfg, reqs, &mut rng, &confident),
+                    simulate(
+                        "sim-pid-control",
+                        Role::Colocated,
+                        &ctl,
+                        creqs,
+                        &mut rng,
+                        &confident,
+                    ),
+                ],
+                truth: Truth {
+                    scenario: name.into(),
+                    cause: "prefill_interrupted_decode".into(),
+                    instance: "sim-pid".into(),
+                    victims: vec!["pid-victim".into()],
+                    culprits,
+                    controls: vec!["pid-control".into()],
+                    control_instance: "sim-pid-control".into(),
+                },
+            }
+        }
+        "long-prompt-monopolizes" => {
+            // Chunked prefill with 20k-token steps: a 96k prompt holds five steps in a row.
+            let mut cfg = EngineConfig::new(p8);
+            cfg.token_budget = 20_000;
+            let reqs = vec![
+                req("lpm-long", t0, 96_000, 12),
+                req("lpm-short", t0 + 50 * MS, 700, 40),
+            ];
+            let creqs = vec![req("lpm-control", t0 + 50 * MS, 700, 40)];
+            Scenario {
+                runs: vec![
+                    simulate("sim-lpm", Role::Colocated, &cfg, reqs, &mut rng, &confident),
+                    simulate(
+                        "sim-lpm-control",
+                        Role::Colocated,
+                        &cfg,
+                        creqs,
+                        &mut rng,
+                        &confident,
+                    ),
+                ],
+                truth: Truth {
+                    scenario: name.into(),
+                    cause: "prefill_monopolized".into(),
+                    instance: "sim-lpm".into(),
+                    victims: vec!["lpm-short".into()],
+                    culprits: vec!["lpm-long".into()],
+                    controls: vec!["lpm-control".into()],
+                    control_instance: "sim-lpm-control".into(),
+                },
+            }
+        }
+        "low-probability-eos" => {
+            let cfg = EngineConfig::new(p8);
+            let reqs = vec![
+                req("eos-victim", t0, 300, 14),
+                req("eos-control", t0 + 10 * MS, 300, 14),
+            ];
+            let endings = |id: &str| {
+                if id == "eos-victim" {
+                    Ending::UnlikelyEos { p: 0.1 }
+                } else {
+                    Ending::ConfidentEos
+                }
+            };
+            Scenario {
+                runs: vec![simulate(
+                    "sim-eos",
+                    Role::Colocated,
+                    &cfg,
+                    reqs,
+                    &mut rng,
+                    &endings,
+                )],
+                truth: Truth {
+                    scenario: name.into(),
+                    cause: "low_probability_eos".into(),
+                    instance: "sim-eos".into(),
+                    victims: vec!["eos-victim".into()],
+                    culprits: vec![],
+                    controls: vec!["eos-control".into()],
+                    control_instance: "sim-eos".into(),
+                },
+            }
+        }
+        "kv-preemption" => {
+            // 9,600 tokens of KV cache for eight requests that grow to 1,400 tokens each.
+            let mut cfg = EngineConfig::new(p8);
+            cfg.kv_blocks = 600;
+            let reqs: Vec<_> = ids("kv", 8)
+                .iter()
+                .enumerate()
+                .map(|(k, id)| req(id, t0 + k as Nanos * MS, 1000, 400))
+                .collect();
+            let mut ctl = EngineConfig::new(p8);
+            ctl.kv_blocks = 40_000;
+            let creqs: Vec<_> = ids("kv-control", 8)
+                .iter()
+                .enumerate()
+                .map(|(k, id)| req(id, t0 + k as Nanos * MS, 1000, 400))
+                .collect();
+            let run = simulate("sim-kv", Role::Colocated, &cfg, reqs, &mut rng, &confident);
+            let victims = run
+                .output
+                .requests
+                .iter()
+                .filter(|r| !r.preemptions.is_empty())
+                .map(|r| r.request_id.clone())
+                .collect();
+            Scenario {
+                runs: vec![
+                    run,
+                    simulate(
+                        "sim-kv-control",
+                        Role::Colocated,
+                        &ctl,
+                        creqs,
+                        &mut rng,
+                        &confident,
+                    ),
+                ],
+                truth: Truth {
+                    scenario: name.into(),
+                    cause: "kv_preempted".into(),
+                    instance: "sim-kv".into(),
+                    victims,
+                    culprits: vec![],
+                    controls: ids("kv-control", 8),
+                    control_instance: "sim-kv-control".into(),
+                },
+            }
+        }
+        "pd-kv-transfer-stall" => {
+            // PD-disaggregated: the prefill instance computes the prompt, the KV cache moves to
+            // the decode instance, which produces the tokens. One transfer takes 2.5 s.
+            let cfg = EngineConfig::new(p8);
+            let offered = vec![
+                req("pd-slow", t0, 4000, 50),
+                req("pd-fast", t0 + 20 * MS, 4000, 50),
+            ];
+            let prefill_side: Vec<SimRequest> = offered
+                .iter()
+                .map(|r| SimRequest {
+                    output_tokens: 1,
+                    ..r.clone()
+                })
+                .collect();
+            let prefill_run = simulate(
+                "sim-pd-prefill",
+                Role::Prefill,
+                &cfg,
+                prefill_side,
+                &mut rng,
+                &confident,
+            );
+            let mut decode_side = Vec::new();
+            let mut transfers = Vec::new();
+            for r in &offered {
+                let done = prefill_run
+                    .output
+                    .requests
+                    .iter()
+                    .find(|p| p.request_id == r.id)
+                    .map_or(r.arrival_ns, |p| p.finished_ns);
+                let transfer = if r.id == "pd-slow" {
+                    2500 * MS
+                } else {
+                    30 * MS
+                };
+                transfers.push((
+                    r.id.clone(),
+                    KvTransfer {
+                        start_ns: done,
+                        end_ns: done + transfer,
+                        bytes: Some(u64::from(r.prompt_tokens) * 131_072),
+                    },
+                ));
+                decode_side.push(SimRequest {
+                    ready_ns: done + transfer,
+                    kv_received: true,
+                    ..r.clone()
+                });
+            }
+            let mut decode_run = simulate(
+                "sim-pd-decode",
+                Role::Decode,
+                &cfg,
+                decode_side,
+                &mut rng,
+                &confident,
+            );
+            for r in &mut decode_run.output.requests {
+                r.kv_transfer = transfers
+                    .iter()
+                    .find(|(id, _)| *id == r.request_id)
+                    .map(|(_, t)| t.clone());
+            }
+            Scenario {
+                runs: vec![prefill_run, decode_run],
+                truth: Truth {
+                    scenario: name.into(),
+                    cause: "kv_transfer_slow".into(),
+                    instance: "sim-pd-decode".into(),
+                    victims: vec!["pd-slow".into()],
+                    culprits: vec![],
+                    controls: vec!["pd-fast".into()],
+                    control_instance: "sim-pd-decode".into(),
+                },
+            }
+        }
+        _ => return None,
+    };
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::analysis::metrics::request_metrics;
+    use app::model::RequestTrace;
+
+    const T0: Nanos = 1_796_022_000_000_000_000;
+
+    fn find<'a>(s: &'a Scenario, instance: &str, id: &str) -> &'a RequestTrace {
+        s.runs
+            .iter()
+            .filter(|r| r.resource.instance_id == instance)
+            .flat_map(|r| &r.output.requests)
+            .find(|r| r.request_id == id)
+            .unwrap_or_else(|| panic!("{id} on {instance}"))
+    }
+
+    fn ms(ns: Option<Nanos>) -> f64 {
+        ns.unwrap() as f64 / 1e6
+    }
+
+    #[test]
+    fn prefill_interrupts_decode_breaks_tpot_only_without_chunking() {
+        let s = build("prefill-interrupts-decode", T0, 1).unwrap();
+        let victim = request_metrics(find(&s, "sim-pid", "pid-victim"));
+        let control = request_metrics(find(&s, "sim-pid-control", "pid-control"));
+        assert!(
+            ms(victim.tpot_ns) > 50.0,
+            "victim TPOT {}",
+            ms(victim.tpot_ns)
+        );
+        assert!(
+            ms(control.tpot_ns) < 50.0,
+            "control TPOT {}",
+            ms(control.tpot_ns)
+        );
+    }
+
+    #[test]
+    fn long_prompt_holds_five_steps_and_delays_the_short_one() {
+        let s = build("long-prompt-monopolizes", T0, 1).unwrap();
+        let long = find(&s, "sim-lpm", "lpm-long");
+        let iterations: Vec<u64> = long
+            .prefill_chunks
+            .iter()
+            .filter_map(|c| c.iteration)
+            .collect();
+        assert_eq!(iterations.len(), 5);
+        assert!(
+            iterations.windows(2).all(|w| w[1] == w[0] + 1),
+            "consecutive: {iterations:?}"
+        );
+        let short = request_metrics(find(&s, "sim-lpm", "lpm-short"));
+        let queue_wait = find(&s, "sim-lpm", "lpm-short").first_token_at().unwrap()
+            - find(&s, "sim-lpm", "lpm-short").arrival_ns;
+        assert!(queue_wait > 2_000_000_000, "first-token wait {queue_wait}");
+        assert!(ms(short.ttft_ns) > 2000.0);
+        let control = request_metrics(find(&s, "sim-lpm-control", "lpm-control"));
+        assert!(
+            ms(control.ttft_ns) < 500.0,
+            "control TTFT {}",
+            ms(control.ttft_ns)
+        );
+    }
+
+    #[test]
+    fn low_probability_eos_is_rank_two_at_ten_percent() {
+        let s = build("low-probability-eos", T0, 1).unwrap();
+        let last = find(&s, "sim-eos", "eos-victim")
+            .tokens
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(last.token_id, Some(content::EOS_ID));
+        assert_eq!(last.rank, Some(2));
+        assert!((last.logprob.unwrap().exp() - 0.1).abs() < 0.005);
+        let ctl = find(&s, "sim-eos", "eos-control")
+            .tokens
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(ctl.rank, Some(1));
+    }
+
+    #[test]
+    fn kv_pressure_preempts_and_the_control_does_not() {
+        let s = build("kv-preemption", T0, 1).unwrap();
+        assert!(!s.truth.victims.is_empty());
+        for id in &s.truth.victims {
+            let r = find(&s, "sim-kv", id);
+            assert!(
+                r.preemptions
+                    .iter()
+                    .all(|p| p.recompute && p.resumed_ns.is_some()),
+                "{id}"
+            );
+            assert_eq!(r.tokens.len(), 400, "{id} still completes");
+        }
+        assert!(
+            s.runs[1]
+                .output
+                .requests
+                .iter()
+                .all(|r| r.preemptions.is_empty())
+        );
+    }
+
+    #[test]
+    fn slow_kv_transfer_delays_the_first_token() {
+        let s = build("pd-kv-transfer-stall", T0, 1).unwrap();
+        let slow = find(&s, "sim-pd-decode", "pd-slow");
+        let kv = slow.kv_transfer.clone().unwrap();
+        assert!(kv.end_ns - kv.start_ns >= 2_500_000_000);
+        assert!(ms(request_metrics(slow).ttft_ns) > 2500.0);
+        let fast = request_metrics(find(&s, "sim-pd-decode", "pd-fast"));
+        assert!(ms(fast.ttft_ns) < 1000.0, "fast TTFT {}", ms(fast.ttft_ns));
+    }
+
+    #[test]
+    fn every_scenario_is_valid_model_data_and_deterministic() {
+        for name in NAMES {
+            let a = build(name, T0, 7).unwrap();
+            let b = build(name, T0, 7).unwrap();
+            for (ra, rb) in a.runs.iter().zip(&b.runs) {
+                assert_eq!(
+                    ra.output.requests, rb.output.requests,
+                    "{name} is deterministic"
+                );
+                for r in &ra.output.requests {
+                    app::model::validate::request(r)
+                        .unwrap_or_else(|e| panic!("{name} {}: {e}", r.request_id));
+                }
+                for it in &ra.output.iterations {
+                    app::model::validate::iteration(it).unwrap();
+                }
+            }
+        }
+    }
+}
