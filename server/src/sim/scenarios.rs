@@ -93,6 +93,24 @@ fn simulate(
     }
 }
 
+/// Synthetic or replayed traffic: answers end on a confident EOS, or at max_tokens one time in five.
+pub fn simulate_run(
+    instance: &str,
+    role: Role,
+    cfg: &EngineConfig,
+    reqs: Vec<SimRequest>,
+    rng: &mut Rng,
+) -> InstanceRun {
+    let cut = |id: &str| {
+        if id.bytes().map(u32::from).sum::<u32>() % 5 == 0 {
+            Ending::Length
+        } else {
+            Ending::ConfidentEos
+        }
+    };
+    simulate(instance, role, cfg, reqs, rng, &cut)
+}
+
 fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|k| format!("{prefix}-{k:02}")).collect()
 }

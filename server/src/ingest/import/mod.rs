@@ -17,6 +17,8 @@ pub enum Format {
     TrtllmIterationLog,
     /// OpenAI-compatible chat or completions responses with logprobs (one JSON, or JSONL).
     Openai,
+    /// tokenscope's own ExportRequest in proto3 JSON, one per line (what `tokenscope sim --out` writes).
+    Native,
 }
 
 impl Format {
@@ -25,6 +27,7 @@ impl Format {
             "trtllm-perf-metrics" => Ok(Self::TrtllmPerfMetrics),
             "trtllm-iteration-log" => Ok(Self::TrtllmIterationLog),
             "openai" => Ok(Self::Openai),
+            "native" => Ok(Self::Native),
             other => Err(Error::InvalidArgument(format!(
                 "format={other:?} is not one of trtllm-perf-metrics, trtllm-iteration-log, openai"
             ))),
@@ -57,7 +60,29 @@ pub fn decode(format: Format, bytes: &[u8], opts: &Options) -> Result<Imported> 
         Format::TrtllmPerfMetrics => trtllm::perf_metrics(text, opts),
         Format::TrtllmIterationLog => trtllm::iteration_log(text, opts),
         Format::Openai => openai::responses(text, opts),
+        Format::Native => native_lines(text),
     }
+}
+
+/// Native export requests, one per line; the instances are those the requests name.
+fn native_lines(text: &str) -> Result<Imported> {
+    let mut out = Imported::default();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let export: crate::proto::v1::ExportRequest = serde_json::from_str(line).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "line {}: not a tokenscope.v1.ExportRequest: {e}",
+                i + 1
+            ))
+        })?;
+        let decoded = super::native::decode(export);
+        out.decoded.batches.extend(decoded.batches);
+        out.decoded.rejections.extend(decoded.rejections);
+    }
+    Ok(out)
 }
 
 pub(crate) fn resource(opts: &Options, engine: EngineKind, model: Option<&str>) -> Resource {
@@ -127,6 +152,7 @@ impl Format {
         match self {
             Format::TrtllmPerfMetrics | Format::TrtllmIterationLog => "trtllm-import",
             Format::Openai => "openai-import",
+            Format::Native => "native-import",
         }
     }
 }

@@ -1,0 +1,201 @@
+//! Arrival sources: Poisson (optionally bursty) synthetic traffic, and replay of real traces —
+//! Azure LLM 2023 (CSV) and Mooncake FAST'25 (JSONL with prefix-block hashes).
+
+use std::collections::HashSet;
+
+use app::model::Nanos;
+
+use super::engine::SimRequest;
+use crate::error::{Error, Result};
+use crate::fixtures::Rng;
+
+/// Mooncake hashes prompts in 512-token blocks; a block seen before is a prefix-cache hit.
+const MOONCAKE_BLOCK_TOKENS: u32 = 512;
+
+/// Poisson arrivals at `rate` per second for `duration_s`; with `bursty`, the rate alternates
+/// between 3× and ⅓× every ten seconds. Prompts 100–4,000 tokens, outputs 20–600.
+pub fn poisson(
+    prefix: &str,
+    start: Nanos,
+    rate: f64,
+    duration_s: f64,
+    bursty: bool,
+    rng: &mut Rng,
+) -> Vec<SimRequest> {
+    let mut out = Vec::new();
+    let mut t = 0.0f64;
+    while t < duration_s && rate > 0.0 {
+        let factor = if bursty && ((t / 10.0) as u64).is_multiple_of(2) {
+            3.0
+        } else if bursty {
+            1.0 / 3.0
+        } else {
+            1.0
+        };
+        let u = (rng.below(1_000_000) as f64 + 0.5) / 1_000_000.0;
+        t += -u.ln() / (rate * factor);
+        if t >= duration_s {
+            break;
+        }
+        let arrival = start + (t * 1e9) as Nanos;
+        out.push(SimRequest {
+            id: format!("{prefix}-{:06}", out.len()),
+            arrival_ns: arrival,
+            ready_ns: arrival,
+            prompt_tokens: 100 + rng.below(3900) as u32,
+            output_tokens: 20 + rng.below(580) as u32,
+            cached_tokens: 0,
+            kv_received: false,
+        });
+    }
+    out
+}
+
+/// A window of a trace, replayed from `start` with the trace's own spacing. (How fast it is
+/// delivered is the sender's business: see `deliver::send`.)
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    pub from_s: f64,
+    pub length_s: f64,
+}
+
+fn window_row(w: &Window, t: f64, start: Nanos) -> Option<Nanos> {
+    (t >= w.from_s && t < w.from_s + w.length_s).then(|| start + ((t - w.from_s) * 1e9) as Nanos)
+}
+
+/// Seconds since midnight of an Azure `TIMESTAMP` ("2023-11-16 18:15:46.6805900").
+fn azure_seconds(ts: &str) -> Option<f64> {
+    let time = ts.split_whitespace().nth(1)?;
+    let mut parts = time.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+/// Azure LLM inference trace CSV: `TIMESTAMP,ContextTokens,GeneratedTokens`.
+pub fn azure(prefix: &str, csv: &str, w: &Window, start: Nanos) -> Result<Vec<SimRequest>> {
+    let mut out = Vec::new();
+    let mut first = None;
+    for (n, line) in csv.lines().enumerate().skip(1) {
+        let bad = || {
+            Error::InvalidArgument(format!(
+                "azure trace line {}: expected TIMESTAMP,ContextTokens,GeneratedTokens",
+                n + 1
+            ))
+        };
+        let mut cols = line.split(',');
+        let t = cols.next().and_then(azure_seconds).ok_or_else(bad)?;
+        let prompt: u32 = cols
+            .next()
+            .and_then(|c| c.trim().parse().ok())
+            .ok_or_else(bad)?;
+        let output: u32 = cols
+            .next()
+            .and_then(|c| c.trim().parse().ok())
+            .ok_or_else(bad)?;
+        let t0 = *first.get_or_insert(t);
+        if let Some(arrival) = window_row(w, t - t0, start) {
+            out.push(SimRequest {
+                id: format!("{prefix}-{:06}", out.len()),
+                arrival_ns: arrival,
+                ready_ns: arrival,
+                prompt_tokens: prompt.max(1),
+                output_tokens: output.max(1),
+                cached_tokens: 0,
+                kv_received: false,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Mooncake trace JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
+pub fn mooncake(prefix: &str, jsonl: &str, w: &Window, start: Nanos) -> Result<Vec<SimRequest>> {
+    let mut out = Vec::new();
+    let mut seen: HashSet<u64> = HashSet::new();
+    for (n, line) in jsonl
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| Error::InvalidArgument(format!("mooncake trace line {}: {e}", n + 1)))?;
+        let num = |k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+        let (Some(ms), Some(prompt), Some(output)) =
+            (num("timestamp"), num("input_length"), num("output_length"))
+        else {
+            return Err(Error::InvalidArgument(format!(
+                "mooncake trace line {}: missing timestamp/input_length/output_length",
+                n + 1
+            )));
+        };
+        let hashes: Vec<u64> = v
+            .get("hash_ids")
+            .and_then(|h| h.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+            .unwrap_or_default();
+        // The prefix cache hits the leading blocks seen before.
+        let hits = hashes.iter().take_while(|h| seen.contains(h)).count() as u32;
+        seen.extend(hashes);
+        if let Some(arrival) = window_row(w, ms as f64 / 1000.0, start) {
+            let prompt = prompt as u32;
+            out.push(SimRequest {
+                id: format!("{prefix}-{:06}", out.len()),
+                arrival_ns: arrival,
+                ready_ns: arrival,
+                prompt_tokens: prompt.max(1),
+                output_tokens: (output as u32).max(1),
+                cached_tokens: (hits * MOONCAKE_BLOCK_TOKENS).min(prompt.saturating_sub(1)),
+                kv_received: false,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The bundled five-minute slice of the Azure conversation trace.
+pub const AZURE_CONV_5MIN: &str = include_str!("../../data/azure_conv_5min.csv");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn azure_slice_replays_in_its_window() {
+        let w = Window {
+            from_s: 30.0,
+            length_s: 60.0,
+        };
+        let reqs = azure("az", AZURE_CONV_5MIN, &w, 0).unwrap();
+        assert!(reqs.len() > 100, "{}", reqs.len());
+        assert!(
+            reqs.iter().all(|r| r.arrival_ns < 60_000_000_000),
+            "the window's minute"
+        );
+        assert!(
+            reqs.iter()
+                .all(|r| r.prompt_tokens > 0 && r.output_tokens > 0)
+        );
+    }
+
+    #[test]
+    fn mooncake_prefix_blocks_become_cache_hits() {
+        let lines = "{\"timestamp\": 0, \"input_length\": 2000, \"output_length\": 5, \"hash_ids\": [1, 2, 3, 4]}\n\
+                     {\"timestamp\": 10, \"input_length\": 3000, \"output_length\": 5, \"hash_ids\": [1, 2, 9, 10, 11, 12]}";
+        let w = Window {
+            from_s: 0.0,
+            length_s: 1.0,
+        };
+        let reqs = mooncake("mc", lines, &w, 0).unwrap();
+        assert_eq!(reqs[0].cached_tokens, 0);
+        assert_eq!(reqs[1].cached_tokens, 1024);
+        assert!(mooncake("mc", "{\"timestamp\": 1}", &w, 0).is_err());
+    }
+
+    #[test]
+    fn poisson_rate_is_about_right() {
+        let reqs = poisson("p", 0, 20.0, 100.0, false, &mut Rng::new(3));
+        assert!((1800..2200).contains(&reqs.len()), "{}", reqs.len());
+    }
+}

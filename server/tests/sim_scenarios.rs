@@ -1,0 +1,142 @@
+//! Every simulator scenario, sent through ingest over gRPC, shows its symptom in the query API,
+//! and its healthy control does not.
+
+mod common;
+
+use common::*;
+use tokenscope::sim;
+
+fn stage_ms(d: &serde_json::Value, kind: &str) -> Vec<f64> {
+    d["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == kind)
+        .map(|s| (s["end_ns"].as_i64().unwrap() - s["start_ns"].as_i64().unwrap()) as f64 / 1e6)
+        .collect()
+}
+
+#[tokio::test]
+async fn scenarios_show_their_symptoms_through_the_query_api() {
+    let app = spawn_app().await;
+    let (runs, truths) = sim::all_scenarios(T0, 60_000_000_000, 1);
+    let url = format!("http://{}", app.running.grpc_addr);
+    let sent = sim::deliver::send(&url, sim::deliver::batches(&runs), f64::INFINITY, false)
+        .await
+        .unwrap();
+    assert_eq!(sent.rejected, 0);
+    assert_eq!(truths.len(), 5);
+    let get = |id: &str, instance: &str| {
+        let path = format!("/api/v1/requests/{id}?instance={instance}");
+        let app = &app;
+        async move { app.get_json(&path).await }
+    };
+
+    // prefill-interrupts-decode
+    let victim = get("pid-victim", "sim-pid").await;
+    assert!(
+        victim["tpot_ms"].as_f64().unwrap() > 50.0,
+        "victim TPOT {}",
+        victim["tpot_ms"]
+    );
+    let control = get("pid-control", "sim-pid-control").await;
+    assert!(
+        control["tpot_ms"].as_f64().unwrap() < 50.0,
+        "control TPOT {}",
+        control["tpot_ms"]
+    );
+
+    // long-prompt-monopolizes: five consecutive prefill iterations, then a > 2 s first-token wait
+    let long = get("lpm-long", "sim-lpm").await;
+    let iterations: Vec<i64> = long["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "prefill")
+        .map(|s| s["iteration"].as_i64().unwrap())
+        .collect();
+    assert_eq!(iterations.len(), 5);
+    assert!(
+        iterations.windows(2).all(|w| w[1] == w[0] + 1),
+        "{iterations:?}"
+    );
+    let short = get("lpm-short", "sim-lpm").await;
+    assert!(
+        short["ttft_ms"].as_f64().unwrap() > 2000.0,
+        "short TTFT {}",
+        short["ttft_ms"]
+    );
+    let control = get("lpm-control", "sim-lpm-control").await;
+    assert!(control["ttft_ms"].as_f64().unwrap() < 500.0);
+
+    // low-probability-eos
+    let eos = get("eos-victim", "sim-eos").await;
+    let last = eos["tokens"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["special"], "eos");
+    assert_eq!(last["rank"], 2);
+    assert!((last["logprob"].as_f64().unwrap().exp() - 0.1).abs() < 0.005);
+    let control = get("eos-control", "sim-eos").await;
+    assert_eq!(
+        control["tokens"].as_array().unwrap().last().unwrap()["rank"],
+        1
+    );
+
+    // kv-preemption
+    let kv = truths
+        .iter()
+        .find(|t| t.scenario == "kv-preemption")
+        .unwrap();
+    assert!(!kv.victims.is_empty());
+    for id in &kv.victims {
+        let d = get(id, "sim-kv").await;
+        assert!(d["preemptions"].as_u64().unwrap() >= 1, "{id}");
+        assert!(!stage_ms(&d, "preempted").is_empty(), "{id}");
+    }
+    for id in &kv.controls {
+        assert_eq!(get(id, "sim-kv-control").await["preemptions"], 0);
+    }
+
+    // pd-kv-transfer-stall
+    let slow = get("pd-slow", "sim-pd-decode").await;
+    assert!(stage_ms(&slow, "kv_transfer")[0] >= 2500.0);
+    assert!(slow["ttft_ms"].as_f64().unwrap() > 2500.0);
+    assert_eq!(slow["role"], "decode");
+    let fast = get("pd-fast", "sim-pd-decode").await;
+    assert!(
+        fast["ttft_ms"].as_f64().unwrap() < 1000.0,
+        "fast TTFT {}",
+        fast["ttft_ms"]
+    );
+}
+
+// Multi-threaded: the test waits for the child process while the server must keep serving it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_command_sends_a_scenario_and_writes_its_truth() {
+    let app = spawn_app().await;
+    let truth = std::env::temp_dir().join(format!("ts-truth-{}.json", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokenscope"))
+        .args([
+            "sim",
+            "--scenario",
+            "low-probability-eos",
+            "--seed",
+            "3",
+            "--send",
+        ])
+        .arg(format!("http://{}", app.running.grpc_addr))
+        .arg("--truth")
+        .arg(&truth)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let truth: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth).unwrap()).unwrap();
+    assert_eq!(truth[0]["cause"], "low_probability_eos");
+    assert_eq!(truth[0]["victims"][0], "eos-victim");
+    let d = app.get_json("/api/v1/requests/eos-victim").await;
+    assert_eq!(d["tokens"].as_array().unwrap().last().unwrap()["rank"], 2);
+}
