@@ -179,30 +179,22 @@ async fn openai_responses_give_word_choice() {
 #[tokio::test]
 async fn bad_imports_say_what_is_wrong() {
     let app = spawn_app().await;
-    let resp = app
-        .client
-        .post(format!("{}/api/v1/import?format=csv", app.http))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    let body: serde_json::Value = resp.json().await.unwrap();
-    assert!(
-        body["error"].as_str().unwrap().contains("format=\"csv\""),
-        "{body}"
-    );
-    let resp = app
-        .client
-        .post(format!("{}/api/v1/import?format=openai", app.http))
-        .body("{\"id\": 1\nnot json")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    let body: serde_json::Value = resp.json().await.unwrap();
-    assert!(
-        body["error"].as_str().unwrap().contains("line 1: not JSON"),
-        "{body}"
-    );
+    for (query, body, needle) in [
+        ("format=csv", "x", "format=\"csv\""),
+        ("format=openai", "{\"id\": 1\nnot json", "line 1: not JSON"),
+        (
+            "format=trtllm-perf-metrics&clock_offset_s=soon",
+            "[]",
+            "clock_offset_s=\"soon\"",
+        ),
+    ] {
+        let url = format!("{}/api/v1/import?{query}", app.http);
+        let resp = app.client.post(url).body(body).send().await.unwrap();
+        assert_eq!(resp.status(), 400, "{query}");
+        let reply: serde_json::Value = resp.json().await.unwrap();
+        assert!(
+            reply["error"].as_str().unwrap().contains(needle),
+            "{query}: {reply}"
+        );
+    }
 }

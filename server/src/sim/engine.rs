@@ -5,7 +5,8 @@
 use std::collections::VecDeque;
 
 use app::model::{
-    BatchEntry, Iteration, Nanos, Phase, Preemption, PrefillChunk, RequestTrace, Token,
+    BatchEntry, FinishReason, Iteration, Nanos, Phase, Preemption, PrefillChunk, RequestTrace,
+    Token,
 };
 
 use super::cost::{Profile, StepLoad};
@@ -69,6 +70,7 @@ struct State {
     preemptions: Vec<Preemption>,
     tokens: Vec<Token>,
     finished: Option<Nanos>,
+    aborted: bool,
 }
 
 impl State {
@@ -112,6 +114,7 @@ pub fn run(
             preemptions: Vec::new(),
             tokens: Vec::new(),
             finished: None,
+            aborted: false,
         })
         .collect();
     let mut next_arrival = 0;
@@ -141,10 +144,16 @@ pub fn run(
         let mut admitted_now = Vec::new();
         while let Some(&i) = waiting.front() {
             let need = blocks_for(states[i].context().max(1), cfg.block_size);
+            if need > cfg.kv_blocks {
+                // It can never fit: a real engine rejects it; waiting would stall forever.
+                waiting.pop_front();
+                states[i].finished = Some(now);
+                states[i].aborted = true;
+                continue;
+            }
             if running.len() >= cfg.max_running || need > free_blocks {
                 break;
             }
-            // Without chunking, prefill-first admits only what fits one step's budget.
             waiting.pop_front();
             free_blocks -= need;
             states[i].blocks = need;
@@ -332,6 +341,11 @@ pub fn run(
             first_scheduled_ns: s.first_scheduled,
             first_token_ns: s.tokens.first().and_then(|t| t.emitted_ns),
             finished_ns: s.finished.unwrap_or(now),
+            finish_reason: if s.aborted {
+                FinishReason::Abort
+            } else {
+                FinishReason::Unknown
+            },
             prompt_tokens: s.req.prompt_tokens,
             output_tokens: s.tokens.len() as u32,
             cached_tokens: s.req.cached_tokens.min(s.req.prompt_tokens),
@@ -344,5 +358,66 @@ pub fn run(
     Output {
         requests,
         iterations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::cost::profile;
+
+    fn req(id: &str, prompt: u32, output: u32) -> SimRequest {
+        SimRequest {
+            id: id.into(),
+            arrival_ns: 0,
+            ready_ns: 0,
+            prompt_tokens: prompt,
+            output_tokens: output,
+            cached_tokens: 0,
+            kv_received: false,
+        }
+    }
+
+    #[test]
+    fn a_request_larger_than_the_kv_cache_is_aborted_not_waited_for() {
+        let mut cfg = EngineConfig::new(profile("llama-8b-h100").unwrap());
+        cfg.kv_blocks = 100; // 1,600 tokens
+        let out = run(
+            &cfg,
+            vec![req("huge", 5000, 10), req("small", 100, 10)],
+            &mut Rng::new(1),
+            1,
+        );
+        let huge = out
+            .requests
+            .iter()
+            .find(|r| r.request_id == "huge")
+            .unwrap();
+        assert_eq!(huge.finish_reason, FinishReason::Abort);
+        assert!(huge.tokens.is_empty());
+        let small = out
+            .requests
+            .iter()
+            .find(|r| r.request_id == "small")
+            .unwrap();
+        assert_eq!(small.tokens.len(), 10);
+    }
+
+    #[test]
+    fn every_token_comes_from_a_recorded_iteration() {
+        let cfg = EngineConfig::new(profile("llama-8b-h100").unwrap());
+        let reqs = (0..20)
+            .map(|k| req(&format!("r{k}"), 300 + k * 50, 30))
+            .collect();
+        let out = run(&cfg, reqs, &mut Rng::new(2), 100);
+        let ids: std::collections::HashSet<u64> =
+            out.iterations.iter().map(|i| i.iteration_id).collect();
+        for r in &out.requests {
+            assert_eq!(r.tokens.len(), 30);
+            for t in &r.tokens {
+                assert!(ids.contains(&t.iteration.unwrap()));
+                assert!(t.scheduled_ns.unwrap() <= t.emitted_ns.unwrap());
+            }
+        }
     }
 }

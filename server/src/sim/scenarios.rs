@@ -80,6 +80,9 @@ fn simulate(
     let first_iteration = 1 + rng.below(1000) * 1000;
     let mut output = engine::run(cfg, reqs, rng, first_iteration);
     for r in &mut output.requests {
+        if r.finish_reason == FinishReason::Abort {
+            continue;
+        }
         let ending = endings(&r.request_id);
         content::fill(&mut r.tokens, ending, rng);
         r.finish_reason = match ending {
