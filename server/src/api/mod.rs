@@ -8,6 +8,7 @@ use axum::{
 };
 use serde::Deserialize;
 
+use app::analysis::diagnosis::{Diagnosis, Thresholds};
 use app::api::{InstanceList, RequestDetail, RequestList};
 
 use crate::error::{Error, Result};
@@ -25,6 +26,11 @@ pub fn router(store: Store) -> Router {
         .route("/api/v1/import", post(import))
         .route("/api/v1/requests", get(list_requests))
         .route("/api/v1/requests/{request_id}", get(get_request))
+        .route(
+            "/api/v1/requests/{request_id}/diagnosis",
+            get(diagnose_request),
+        )
+        .route("/api/v1/diagnosis", get(diagnose_window))
         .route("/api/v1/instances", get(list_instances))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -151,6 +157,98 @@ async fn import(
     Ok(Json(
         ingest::import::import(&store, format, &body, &opts).await?,
     ))
+}
+
+/// SLOs and thresholds of a diagnosis; any left out keeps its default.
+#[derive(Debug, Default, Deserialize)]
+struct ThresholdParams {
+    instance: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    limit: Option<String>,
+    ttft_ms: Option<String>,
+    tpot_ms: Option<String>,
+    eos_probability: Option<String>,
+    token_probability: Option<String>,
+    monopoly_iterations: Option<String>,
+    kv_transfer_ms: Option<String>,
+}
+
+fn parse_num<T: std::str::FromStr>(name: &str, v: &Option<String>) -> Result<Option<T>> {
+    v.as_deref()
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse::<T>()
+                .map_err(|_| Error::InvalidArgument(format!("{name}={v:?} is not a number")))
+        })
+        .transpose()
+}
+
+impl ThresholdParams {
+    fn thresholds(&self) -> Result<Thresholds> {
+        let d = Thresholds::default();
+        let positive = |name: &str, v: Option<f64>, default: f64| match v {
+            Some(x) if !(x > 0.0) => {
+                Err(Error::InvalidArgument(format!("{name} must be positive")))
+            }
+            Some(x) => Ok(x),
+            None => Ok(default),
+        };
+        Ok(Thresholds {
+            ttft_ms: positive("ttft_ms", parse_num("ttft_ms", &self.ttft_ms)?, d.ttft_ms)?,
+            tpot_ms: positive("tpot_ms", parse_num("tpot_ms", &self.tpot_ms)?, d.tpot_ms)?,
+            eos_probability: parse_num("eos_probability", &self.eos_probability)?
+                .unwrap_or(d.eos_probability),
+            token_probability: parse_num("token_probability", &self.token_probability)?
+                .unwrap_or(d.token_probability),
+            monopoly_iterations: parse_num("monopoly_iterations", &self.monopoly_iterations)?
+                .unwrap_or(d.monopoly_iterations),
+            kv_transfer_ms: positive(
+                "kv_transfer_ms",
+                parse_num("kv_transfer_ms", &self.kv_transfer_ms)?,
+                d.kv_transfer_ms,
+            )?,
+        })
+    }
+}
+
+async fn diagnose_request(
+    State(store): State<Store>,
+    Path(request_id): Path<String>,
+    Query(p): Query<ThresholdParams>,
+) -> Result<Json<Diagnosis>> {
+    let th = p.thresholds()?;
+    let instance = non_empty(p.instance.clone());
+    Ok(Json(
+        store
+            .diagnose_request(&request_id, instance.as_deref(), &th)
+            .await?,
+    ))
+}
+
+#[derive(Debug, serde::Serialize)]
+struct DiagnosisList {
+    diagnoses: Vec<Diagnosis>,
+}
+
+async fn diagnose_window(
+    State(store): State<Store>,
+    Query(p): Query<ThresholdParams>,
+) -> Result<Json<DiagnosisList>> {
+    let th = p.thresholds()?;
+    let limit = parse_int("limit", p.limit.as_deref())?.unwrap_or(500);
+    if !(1..=5000).contains(&limit) {
+        return Err(Error::InvalidArgument(format!(
+            "limit={limit} must be between 1 and 5000"
+        )));
+    }
+    let from = parse_int("from", p.from.as_deref())?;
+    let to = parse_int("to", p.to.as_deref())?;
+    let instance = non_empty(p.instance.clone());
+    let diagnoses = store
+        .diagnose_window(instance.as_deref(), from, to, &th, limit)
+        .await?;
+    Ok(Json(DiagnosisList { diagnoses }))
 }
 
 async fn readyz(State(store): State<Store>) -> Result<(StatusCode, &'static str)> {

@@ -23,8 +23,6 @@ pub fn encode(batch: &[BatchEntry]) -> Vec<u8> {
     w.buf
 }
 
-// The waterfall (iteration lane) reads batches back; until it lands only tests do.
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn decode(block: &[u8]) -> Result<Vec<BatchEntry>> {
     let corrupt = || Error::Internal("stored iteration batch is corrupt".into());
     let mut r = Reader::new(block, "iteration batch");

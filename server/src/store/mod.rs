@@ -2,6 +2,7 @@
 
 mod batch_block;
 mod bytes;
+mod diagnosis;
 mod partitions;
 mod read;
 pub mod token_block;

@@ -10,6 +10,16 @@ use app::model::{EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
 use super::{Store, token_block, write::Detail};
 use crate::error::{Error, Result};
 
+/// A stored request and the instance it ran on.
+pub struct Loaded {
+    pub trace: RequestTrace,
+    pub instance_id: i32,
+    pub instance: String,
+    pub engine: EngineKind,
+    pub role: Role,
+    pub model: String,
+}
+
 /// Filters of `GET /api/v1/requests`; `None` means "any".
 #[derive(Debug, Default, Clone)]
 pub struct RequestFilter {
@@ -75,11 +85,8 @@ impl Store {
             .collect())
     }
 
-    pub async fn get_request(
-        &self,
-        request_id: &str,
-        instance: Option<&str>,
-    ) -> Result<RequestDetail> {
+    /// One stored request as the model, with where it ran.
+    pub async fn load_request(&self, request_id: &str, instance: Option<&str>) -> Result<Loaded> {
         let mut rows = sqlx::query!(
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
@@ -148,14 +155,37 @@ impl Store {
             sampling: detail.sampling,
             tokens,
         };
-        let loads = self.step_loads(row.instance_id, &trace).await?;
+        Ok(Loaded {
+            trace,
+            instance_id: row.instance_id,
+            instance: row.instance_key,
+            engine: engine(&row.engine),
+            role: Role::parse(&row.role).unwrap_or_default(),
+            model: row.model,
+        })
+    }
+
+    pub async fn get_request(
+        &self,
+        request_id: &str,
+        instance: Option<&str>,
+    ) -> Result<RequestDetail> {
+        let Loaded {
+            trace,
+            instance_id,
+            instance,
+            engine,
+            role,
+            model,
+        } = self.load_request(request_id, instance).await?;
+        let loads = self.step_loads(instance_id, &trace).await?;
         let m = app::analysis::metrics::request_metrics(&trace);
         Ok(RequestDetail {
             summary: RequestSummary {
                 request_id: trace.request_id.clone(),
-                engine: engine(&row.engine),
-                instance: row.instance_key,
-                model: row.model,
+                engine,
+                instance,
+                model,
                 arrival_ns: trace.arrival_ns,
                 ttft_ms: m.ttft_ns.map(ms),
                 tpot_ms: m.tpot_ns.map(ms),
@@ -165,7 +195,7 @@ impl Store {
                 output_tokens: trace.output_tokens,
                 finish_reason: trace.finish_reason,
             },
-            role: Role::parse(&row.role).unwrap_or_default(),
+            role,
             trace_id: trace.trace_id.clone(),
             parent_span_id: trace.parent_span_id.clone(),
             finished_ns: trace.finished_ns,
