@@ -370,10 +370,11 @@ fn monopoly(
                 (_, Some((o, k))) => Some((o, 1, u64::from(k), it.end_ns - it.start_ns)),
                 (_, None) => None,
             };
-            if let Some(c) = &cur {
-                if best.as_ref().is_none_or(|b| c.1 > b.1) {
-                    best = Some(c.clone());
-                }
+            if let Some(c) = cur
+                .as_ref()
+                .filter(|c| best.as_ref().is_none_or(|b| c.1 > b.1))
+            {
+                best = Some(c.clone());
             }
         }
         let (id, n, t, d) = best?;
@@ -423,13 +424,17 @@ fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
     let n = r.tokens.len();
     let prob = |lp: Option<f32>| lp.map(|l| l.exp());
-    if let Some(last) = r.tokens.last().filter(|t| t.special == SpecialToken::Eos) {
-        if let Some(p) = prob(last.logprob).filter(|&p| p < th.eos_probability) {
-            let top = last
-                .candidates
-                .first()
-                .filter(|c| c.token_id != last.token_id || c.text != last.text);
-            out.push(Finding {
+    let eos = r.tokens.last().filter(|t| t.special == SpecialToken::Eos);
+    if let Some((last, p)) = eos.and_then(|t| {
+        prob(t.logprob)
+            .filter(|&p| p < th.eos_probability)
+            .map(|p| (t, p))
+    }) {
+        let top = last
+            .candidates
+            .first()
+            .filter(|c| c.token_id != last.token_id || c.text != last.text);
+        out.push(Finding {
                 cause: Cause::LowProbabilityEos,
                 severity: Severity::Warning,
                 summary: format!(
@@ -442,7 +447,6 @@ fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
                 evidence: serde_json::json!({ "index": n - 1, "probability": p, "rank": last.rank }),
                 inferred: false,
             });
-        }
     }
     let unlikely: Vec<(usize, f32)> = r
         .tokens
