@@ -188,7 +188,7 @@ impl ThresholdParams {
     fn thresholds(&self) -> Result<Thresholds> {
         let d = Thresholds::default();
         let positive = |name: &str, v: Option<f64>, default: f64| match v {
-            Some(x) if !(x > 0.0) => {
+            Some(x) if x.is_nan() || x <= 0.0 => {
                 Err(Error::InvalidArgument(format!("{name} must be positive")))
             }
             Some(x) => Ok(x),
