@@ -79,6 +79,21 @@ pub struct TokenView {
     pub batch_size: Option<u32>,
     /// Requests waiting in the engine queue at that step.
     pub waiting: Option<u32>,
+    /// The latency split: waiting to be scheduled (since the previous token, or arrival for
+    /// token 0) and computing (scheduled → emitted).
+    pub wait_ms: Option<f64>,
+    pub compute_ms: Option<f64>,
+    /// What else the producing step computed.
+    pub step_prefill_tokens: Option<u32>,
+    pub step_decode_tokens: Option<u32>,
+    /// Word choice: probability of the chosen token, entropy of the candidates (nats), and the
+    /// chosen token's probability minus the best other candidate's (negative: a likelier one existed).
+    pub probability: Option<f32>,
+    pub entropy: Option<f32>,
+    pub margin: Option<f32>,
+    /// "slo_breach" (latency above the TPOT SLO), "far_from_top" (rank > 1, unlikely),
+    /// "low_probability_eos".
+    pub flags: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

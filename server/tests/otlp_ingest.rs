@@ -110,11 +110,20 @@ async fn check_vllm_request(app: &TestApp, id: &str) {
     assert_eq!(tokens[1]["batch_size"], 25);
     assert_eq!(tokens[1]["waiting"], 3);
     assert_eq!(tokens[1]["scheduled_ns"], T0 + 125_000_000);
+    // The latency splits into waiting to be scheduled and computing.
+    assert_eq!(tokens[1]["wait_ms"], 5.0);
+    assert_eq!(tokens[1]["compute_ms"], 25.0);
     // Emitted-first candidates come back in rank order, with the chosen token's rank.
     let eos = &tokens[3];
     assert_eq!(eos["is_special"], true);
     assert_eq!(eos["special"], "eos");
     assert_eq!(eos["rank"], 2);
+    assert_eq!(eos["flags"], serde_json::json!(["low_probability_eos"]));
+    assert!(
+        eos["margin"].as_f64().unwrap() < -0.7,
+        "a much likelier token existed: {}",
+        eos["margin"]
+    );
     let p = (eos["logprob"].as_f64().unwrap()).exp();
     assert!((p - 0.1).abs() < 0.001, "EOS sampled at p≈0.1, got {p}");
     let cand_ids: Vec<u64> = eos["candidates"]

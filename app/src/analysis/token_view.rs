@@ -1,7 +1,8 @@
 //! Per-token rows for the high-magnification views: latency, word choice, batch load at that step.
 
+use crate::analysis::diagnosis::Thresholds;
 use crate::api::{CandidateView, TokenView};
-use crate::model::{RequestTrace, ms};
+use crate::model::{RequestTrace, SpecialToken, Token, ms};
 
 /// The load of one engine step, as the token view needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,10 +12,37 @@ pub struct StepLoad {
     pub batch_size: u32,
     /// Requests waiting in the queue.
     pub waiting: u32,
+    pub prefill_tokens: u32,
+    pub decode_tokens: u32,
 }
 
-/// `steps` must be sorted by `iteration_id` (the store returns them so).
-pub fn token_views(r: &RequestTrace, steps: &[StepLoad]) -> Vec<TokenView> {
+/// Probability, entropy of the candidates, and margin to the best other candidate.
+pub fn word_choice(t: &Token) -> (Option<f32>, Option<f32>, Option<f32>) {
+    let p = t.logprob.map(f32::exp);
+    let entropy = (!t.candidates.is_empty()).then(|| {
+        t.candidates
+            .iter()
+            .map(|c| c.logprob.exp())
+            .filter(|&q| q > 0.0)
+            .map(|q| -q * q.ln())
+            .sum()
+    });
+    let is_chosen = |c: &&crate::model::Candidate| match (c.token_id, t.token_id) {
+        (Some(a), Some(b)) => a == b,
+        _ => c.text.is_some() && c.text == t.text,
+    };
+    let best_other = t
+        .candidates
+        .iter()
+        .filter(|c| !is_chosen(c))
+        .map(|c| c.logprob.exp())
+        .fold(None, |m: Option<f32>, q| Some(m.map_or(q, |m| m.max(q))));
+    let margin = p.zip(best_other).map(|(p, o)| p - o);
+    (p, entropy, margin)
+}
+
+/// `steps` must be sorted by `iteration_id` (the store returns them so). Flags use `th`.
+pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec<TokenView> {
     let first_token = r.first_token_at();
     let mut previous = None;
     r.tokens
@@ -27,7 +55,26 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad]) -> Vec<TokenView> {
                 (_, Some(at), Some(prev)) => Some(ms(at - prev)),
                 _ => None,
             };
+            let since = if i == 0 { Some(r.arrival_ns) } else { previous };
+            let wait_ms = t.scheduled_ns.zip(since).map(|(s, p)| ms(s - p));
+            let compute_ms = t.scheduled_ns.zip(t.emitted_ns).map(|(s, e)| ms(e - s));
             previous = t.emitted_ns;
+            let (probability, entropy, margin) = word_choice(t);
+            let rank = t.rank.or_else(|| t.rank_from_candidates());
+            let mut flags = Vec::new();
+            if i > 0 && latency_ms.is_some_and(|l| l > th.tpot_ms) {
+                flags.push("slo_breach".to_string());
+            }
+            if t.special == SpecialToken::None
+                && rank.is_some_and(|k| k > 1)
+                && probability.is_some_and(|p| p < th.token_probability)
+            {
+                flags.push("far_from_top".to_string());
+            }
+            if t.special == SpecialToken::Eos && probability.is_some_and(|p| p < th.eos_probability)
+            {
+                flags.push("low_probability_eos".to_string());
+            }
             let step = t.iteration.and_then(|id| {
                 steps
                     .binary_search_by_key(&id, |s| s.iteration_id)
@@ -45,7 +92,7 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad]) -> Vec<TokenView> {
                 latency_ms,
                 iteration: t.iteration,
                 logprob: t.logprob,
-                rank: t.rank.or_else(|| t.rank_from_candidates()),
+                rank,
                 candidates: t
                     .candidates
                     .iter()
@@ -59,6 +106,14 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad]) -> Vec<TokenView> {
                 // (an imported file may hold only part of a batch's members).
                 batch_size: t.batch_size.or(step.map(|s| s.batch_size)),
                 waiting: t.waiting.or(step.map(|s| s.waiting)),
+                wait_ms,
+                compute_ms,
+                step_prefill_tokens: step.map(|s| s.prefill_tokens),
+                step_decode_tokens: step.map(|s| s.decode_tokens),
+                probability,
+                entropy,
+                margin,
+                flags,
             }
         })
         .collect()

@@ -104,19 +104,17 @@ async fn list_requests(
     }))
 }
 
-#[derive(Debug, Deserialize)]
-struct InstanceParam {
-    instance: Option<String>,
-}
-
 async fn get_request(
     State(store): State<Store>,
     Path(request_id): Path<String>,
-    Query(p): Query<InstanceParam>,
+    Query(p): Query<ThresholdParams>,
 ) -> Result<Json<RequestDetail>> {
-    let instance = non_empty(p.instance);
+    let th = p.thresholds()?;
+    let instance = non_empty(p.instance.clone());
     Ok(Json(
-        store.get_request(&request_id, instance.as_deref()).await?,
+        store
+            .get_request(&request_id, instance.as_deref(), &th)
+            .await?,
     ))
 }
 

@@ -169,6 +169,7 @@ impl Store {
         &self,
         request_id: &str,
         instance: Option<&str>,
+        th: &app::analysis::diagnosis::Thresholds,
     ) -> Result<RequestDetail> {
         let Loaded {
             trace,
@@ -203,7 +204,7 @@ impl Store {
             sampling: trace.sampling.clone(),
             preemptions: trace.preemptions.len() as u32,
             stages: stages(&trace),
-            tokens: token_views(&trace, &loads),
+            tokens: token_views(&trace, &loads, th),
         })
     }
 
@@ -222,7 +223,7 @@ impl Store {
         ids.dedup();
         // The time bounds let Postgres skip partitions; a second of slack covers clock skew.
         let rows = sqlx::query!(
-            "SELECT iteration_id, batch_size, waiting FROM iterations
+            "SELECT iteration_id, batch_size, waiting, prefill_tokens, decode_tokens FROM iterations
              WHERE instance_id = $1 AND iteration_id = ANY($2) AND start_ns >= $3 AND start_ns <= $4
              ORDER BY iteration_id",
             instance_id,
@@ -238,6 +239,8 @@ impl Store {
                 iteration_id: row.iteration_id as u64,
                 batch_size: count(row.batch_size),
                 waiting: count(row.waiting),
+                prefill_tokens: count(row.prefill_tokens),
+                decode_tokens: count(row.decode_tokens),
             })
             .collect())
     }
