@@ -140,3 +140,92 @@ async fn sim_command_sends_a_scenario_and_writes_its_truth() {
     let d = app.get_json("/api/v1/requests/eos-victim").await;
     assert_eq!(d["tokens"].as_array().unwrap().last().unwrap()["rank"], 2);
 }
+
+#[tokio::test]
+async fn waterfall_has_a_track_per_request_and_a_bounded_iteration_lane() {
+    let app = spawn_app().await;
+    let s = sim::scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
+    let url = format!("http://{}", app.running.grpc_addr);
+    sim::deliver::send(&url, sim::deliver::batches(&s.runs), f64::INFINITY, false)
+        .await
+        .unwrap();
+    let steps = s.runs[0].output.iterations.len();
+    let (from, to) = (T0, T0 + 20_000_000_000);
+
+    let wide = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=sim-pid&from={from}&to={to}&width_px=5000"
+        ))
+        .await;
+    assert_eq!(wide["lane"]["lod"], "steps");
+    assert_eq!(
+        wide["lane"]["steps"].as_array().unwrap().len(),
+        steps,
+        "every step fits 5,000 px"
+    );
+    let tracks = wide["tracks"].as_array().unwrap();
+    assert_eq!(tracks.len(), 13);
+    assert_eq!(wide["rows"], 13);
+    let victim = tracks
+        .iter()
+        .find(|t| t["request_id"] == "pid-victim")
+        .unwrap();
+    let kinds: Vec<&str> = victim["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"prefill") && kinds.contains(&"decode"),
+        "{kinds:?}"
+    );
+
+    let narrow = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=sim-pid&from={from}&to={to}&width_px=100&compact=true"
+        ))
+        .await;
+    assert_eq!(narrow["lane"]["lod"], "buckets");
+    let buckets = narrow["lane"]["buckets"].as_array().unwrap();
+    assert!(buckets.len() <= 100, "{} buckets", buckets.len());
+    let total: u64 = buckets.iter().map(|b| b["steps"].as_u64().unwrap()).sum();
+    assert_eq!(total as usize, steps, "buckets account for every step");
+    // Every request overlaps the victim here, so compact mode cannot share rows…
+    assert_eq!(narrow["rows"], 13);
+    // …but requests that follow one another share one.
+    let seq: Vec<_> = (0..3)
+        .map(|k| {
+            tokenscope::fixtures::request(
+                &format!("seq-{k}"),
+                T0 + k * 10_000_000_000,
+                5,
+                1,
+                1,
+                k as u64,
+            )
+        })
+        .collect();
+    app.grpc()
+        .await
+        .export(export(
+            &tokenscope::fixtures::resource("gpu-seq"),
+            &seq,
+            &[],
+        ))
+        .await
+        .unwrap();
+    let packed = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=gpu-seq&from={from}&to={}&compact=1",
+            T0 + 30_000_000_000
+        ))
+        .await;
+    assert_eq!(packed["rows"], 1);
+    assert_eq!(packed["tracks"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        app.get("/api/v1/waterfall?instance=nope").await.status(),
+        404
+    );
+    assert_eq!(app.get("/api/v1/waterfall").await.status(), 400);
+}

@@ -4,3 +4,4 @@ pub mod diagnosis;
 pub mod metrics;
 pub mod stages;
 pub mod token_view;
+pub mod waterfall;

@@ -9,6 +9,7 @@ use axum::{
 use serde::Deserialize;
 
 use app::analysis::diagnosis::{Diagnosis, Thresholds};
+use app::analysis::waterfall::Waterfall;
 use app::api::{InstanceList, RequestDetail, RequestList};
 
 use crate::error::{Error, Result};
@@ -31,6 +32,7 @@ pub fn router(store: Store) -> Router {
             get(diagnose_request),
         )
         .route("/api/v1/diagnosis", get(diagnose_window))
+        .route("/api/v1/waterfall", get(waterfall))
         .route("/api/v1/instances", get(list_instances))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -247,6 +249,38 @@ async fn diagnose_window(
         .diagnose_window(instance.as_deref(), from, to, &th, limit)
         .await?;
     Ok(Json(DiagnosisList { diagnoses }))
+}
+
+#[derive(Debug, Deserialize)]
+struct WaterfallParams {
+    instance: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    width_px: Option<String>,
+    compact: Option<String>,
+}
+
+/// `GET /api/v1/waterfall?instance=&from=&to=&width_px=&compact=`: tracks and the iteration lane.
+async fn waterfall(
+    State(store): State<Store>,
+    Query(p): Query<WaterfallParams>,
+) -> Result<Json<Waterfall>> {
+    let instance = non_empty(p.instance)
+        .ok_or_else(|| Error::InvalidArgument("instance= is required".into()))?;
+    let width = parse_int("width_px", p.width_px.as_deref())?.unwrap_or(1200);
+    if !(1..=20_000).contains(&width) {
+        return Err(Error::InvalidArgument(format!(
+            "width_px={width} must be between 1 and 20000"
+        )));
+    }
+    let compact = matches!(p.compact.as_deref(), Some("true" | "1"));
+    let from = parse_int("from", p.from.as_deref())?;
+    let to = parse_int("to", p.to.as_deref())?;
+    Ok(Json(
+        store
+            .waterfall(&instance, from, to, width as u32, compact)
+            .await?,
+    ))
 }
 
 async fn readyz(State(store): State<Store>) -> Result<(StatusCode, &'static str)> {

@@ -7,6 +7,7 @@ mod partitions;
 mod read;
 pub mod token_block;
 mod vocab;
+mod waterfall;
 mod write;
 
 use std::sync::Arc;

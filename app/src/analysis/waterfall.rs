@@ -1,0 +1,232 @@
+//! The wide-angle view's data: one track per request (or packed tracks in compact mode) with
+//! its stage segments, and the iteration lane — every engine step when they fit the pixel
+//! width, else per-pixel buckets, so the payload never grows with the number of iterations.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::Stage;
+use crate::model::Nanos;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Track {
+    /// Row on screen (0 = top). In compact mode requests that do not overlap share a row.
+    pub row: u32,
+    pub request_id: String,
+    pub arrival_ns: Nanos,
+    pub finished_ns: Nanos,
+    pub segments: Vec<Stage>,
+}
+
+/// One engine step as the lane draws it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
+    pub prefill_tokens: u32,
+    pub decode_tokens: u32,
+    pub batch_size: u32,
+}
+
+/// Steps aggregated over one bucket of time (about a pixel).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
+    pub steps: u32,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    pub max_batch_size: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "lod", rename_all = "snake_case")]
+pub enum Lane {
+    Steps {
+        steps: Vec<Step>,
+    },
+    Buckets {
+        bucket_ns: Nanos,
+        buckets: Vec<Bucket>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Waterfall {
+    pub instance: String,
+    pub from_ns: Nanos,
+    pub to_ns: Nanos,
+    pub width_px: u32,
+    pub rows: u32,
+    pub tracks: Vec<Track>,
+    pub lane: Lane,
+}
+
+/// Rows for intervals `(start, end)` so that no two in a row come closer than `gap`: greedy by
+/// start time onto the row that freed up first, which uses the fewest rows possible.
+pub fn pack(intervals: &[(Nanos, Nanos)], gap: Nanos) -> (Vec<u32>, u32) {
+    let mut order: Vec<usize> = (0..intervals.len()).collect();
+    order.sort_by_key(|&i| intervals[i]);
+    let mut free: BinaryHeap<Reverse<(Nanos, u32)>> = BinaryHeap::new();
+    let mut rows = vec![0; intervals.len()];
+    let mut used = 0;
+    for i in order {
+        let (start, end) = intervals[i];
+        let row = match free.peek() {
+            Some(&Reverse((until, row))) if until.saturating_add(gap) <= start => {
+                free.pop();
+                row
+            }
+            _ => {
+                used += 1;
+                used - 1
+            }
+        };
+        rows[i] = row;
+        free.push(Reverse((end, row)));
+    }
+    (rows, used)
+}
+
+/// Aggregates steps into buckets of `bucket_ns` from `from` (steps by start time).
+pub fn bucketize(steps: &[Step], from: Nanos, bucket_ns: Nanos) -> Vec<Bucket> {
+    let mut out: Vec<Bucket> = Vec::new();
+    for s in steps {
+        let k = (s.start_ns - from).div_euclid(bucket_ns.max(1));
+        let start = from + k * bucket_ns;
+        match out.last_mut() {
+            Some(b) if b.start_ns == start => {
+                b.steps += 1;
+                b.end_ns = b.end_ns.max(s.end_ns);
+                b.prefill_tokens += u64::from(s.prefill_tokens);
+                b.decode_tokens += u64::from(s.decode_tokens);
+                b.max_batch_size = b.max_batch_size.max(s.batch_size);
+            }
+            _ => out.push(Bucket {
+                start_ns: start,
+                end_ns: s.end_ns,
+                steps: 1,
+                prefill_tokens: u64::from(s.prefill_tokens),
+                decode_tokens: u64::from(s.decode_tokens),
+                max_batch_size: s.batch_size,
+            }),
+        }
+    }
+    out
+}
+
+/// Nanoseconds per pixel of a window, rounded up so the window fits in `width_px` buckets.
+pub fn bucket_ns(from: Nanos, to: Nanos, width_px: u32) -> Nanos {
+    let (span, w) = ((to - from).max(1), Nanos::from(width_px.max(1)));
+    (span + w - 1) / w
+}
+
+/// Lays out tracks: arrival order, one row each, or packed when `compact`.
+pub fn tracks(mut tracks: Vec<Track>, compact: bool, gap: Nanos) -> (Vec<Track>, u32) {
+    tracks.sort_by(|a, b| (a.arrival_ns, &a.request_id).cmp(&(b.arrival_ns, &b.request_id)));
+    if !compact {
+        let n = tracks.len() as u32;
+        for (i, t) in tracks.iter_mut().enumerate() {
+            t.row = i as u32;
+        }
+        return (tracks, n);
+    }
+    let spans: Vec<(Nanos, Nanos)> = tracks
+        .iter()
+        .map(|t| (t.arrival_ns, t.finished_ns))
+        .collect();
+    let (rows, used) = pack(&spans, gap);
+    for (t, r) in tracks.iter_mut().zip(rows) {
+        t.row = r;
+    }
+    (tracks, used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random intervals (no crate needed for a property check).
+    fn intervals(seed: u64, n: usize) -> Vec<(Nanos, Nanos)> {
+        let mut x = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let start = (x >> 33) as Nanos % 10_000;
+                let len = 1 + (x >> 13) as Nanos % 500;
+                (start, start + len)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn packing_never_overlaps_and_uses_the_fewest_rows() {
+        for seed in 0..200 {
+            let iv = intervals(seed, 1 + (seed as usize * 7) % 300);
+            let gap = (seed % 3) as Nanos * 5;
+            let (rows, used) = pack(&iv, gap);
+            for r in 0..used {
+                let mut mine: Vec<_> = iv
+                    .iter()
+                    .zip(&rows)
+                    .filter(|(_, x)| **x == r)
+                    .map(|(i, _)| *i)
+                    .collect();
+                mine.sort();
+                assert!(
+                    mine.windows(2).all(|w| w[0].1 + gap <= w[1].0),
+                    "seed {seed} row {r}"
+                );
+            }
+            // Optimal: as many rows as the most intervals alive at once (widened by the gap).
+            let max_overlap = iv
+                .iter()
+                .map(|&(s, _)| iv.iter().filter(|&&(a, b)| a <= s && s < b + gap).count())
+                .max()
+                .unwrap_or(0);
+            assert_eq!(used as usize, max_overlap, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn buckets_conserve_steps_and_tokens_and_stay_within_the_width() {
+        for seed in 0..50 {
+            let mut steps: Vec<Step> = intervals(seed, 5000)
+                .into_iter()
+                .map(|(s, e)| Step {
+                    start_ns: s,
+                    end_ns: e,
+                    prefill_tokens: (s % 7) as u32,
+                    decode_tokens: (e % 5) as u32,
+                    batch_size: (s % 40) as u32,
+                })
+                .collect();
+            steps.sort_by_key(|s| s.start_ns);
+            let width = 1 + (seed as u32 * 37) % 1200;
+            let b = bucketize(&steps, 0, bucket_ns(0, 10_500, width));
+            assert!(
+                b.len() as u32 <= width,
+                "seed {seed}: {} buckets for {width} px",
+                b.len()
+            );
+            assert_eq!(
+                b.iter().map(|x| x.steps as usize).sum::<usize>(),
+                steps.len()
+            );
+            assert_eq!(
+                b.iter().map(|x| x.prefill_tokens).sum::<u64>(),
+                steps
+                    .iter()
+                    .map(|s| u64::from(s.prefill_tokens))
+                    .sum::<u64>()
+            );
+            assert!(b.windows(2).all(|w| w[0].start_ns < w[1].start_ns));
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Reads the waterfall of one instance over a window: request tracks and the iteration lane,
+//! aggregated in SQL to the pixel width when the steps outnumber the pixels.
+
+use app::analysis::stages::stages;
+use app::analysis::waterfall::{self, Bucket, Lane, Step, Track, Waterfall};
+use app::model::{Nanos, RequestTrace};
+
+use super::{Store, write::Detail};
+use crate::error::{Error, Result};
+
+const LOOKBACK_NS: Nanos = 3600 * 1_000_000_000;
+const DEFAULT_WINDOW_NS: Nanos = 5 * 60 * 1_000_000_000;
+
+impl Store {
+    pub async fn waterfall(
+        &self,
+        instance: &str,
+        from: Option<Nanos>,
+        to: Option<Nanos>,
+        width_px: u32,
+        compact: bool,
+    ) -> Result<Waterfall> {
+        let inst = sqlx::query!(
+            "SELECT id, last_seen_ns FROM instances WHERE instance_key = $1",
+            instance
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("no instance {instance:?}")))?;
+        // Without a window: the last five minutes the instance reported.
+        let to = to.unwrap_or(inst.last_seen_ns);
+        let from = from.unwrap_or(to - DEFAULT_WINDOW_NS);
+        if from >= to {
+            return Err(Error::InvalidArgument(format!(
+                "from={from} must be before to={to}"
+            )));
+        }
+        let rows = sqlx::query!(
+            "SELECT request_id, arrival_ns, finished_ns, ttft_ns, prompt_tokens, output_tokens, detail FROM requests
+             WHERE instance_id = $1 AND arrival_ns >= $2 AND arrival_ns < $3 AND finished_ns >= $4
+             ORDER BY arrival_ns",
+            inst.id,
+            from - LOOKBACK_NS,
+            to,
+            from
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut tracks = Vec::with_capacity(rows.len());
+        for r in rows {
+            let d: Detail = serde_json::from_value(r.detail).map_err(|e| {
+                Error::Internal(format!("stored request detail is unreadable: {e}"))
+            })?;
+            let trace = RequestTrace {
+                request_id: r.request_id,
+                arrival_ns: r.arrival_ns,
+                queued_ns: d.queued_ns,
+                first_scheduled_ns: d.first_scheduled_ns,
+                first_token_ns: r.ttft_ns.map(|t| r.arrival_ns + t),
+                finished_ns: r.finished_ns,
+                prompt_tokens: u32::try_from(r.prompt_tokens).unwrap_or(0),
+                output_tokens: u32::try_from(r.output_tokens).unwrap_or(0),
+                prefill_chunks: d.prefill_chunks,
+                preemptions: d.preemptions,
+                kv_transfer: d.kv_transfer,
+                ..RequestTrace::default()
+            };
+            tracks.push(Track {
+                row: 0,
+                segments: stages(&trace),
+                request_id: trace.request_id,
+                arrival_ns: trace.arrival_ns,
+                finished_ns: trace.finished_ns,
+            });
+        }
+        let bucket = waterfall::bucket_ns(from, to, width_px);
+        let (tracks, rows) = waterfall::tracks(tracks, compact, bucket);
+
+        let steps = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "n!" FROM iterations WHERE instance_id = $1 AND start_ns >= $2 AND start_ns < $3"#,
+            inst.id,
+            from,
+            to
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let lane = if steps <= i64::from(width_px) {
+            let rows = sqlx::query!(
+                "SELECT start_ns, end_ns, prefill_tokens, decode_tokens, batch_size FROM iterations
+                 WHERE instance_id = $1 AND start_ns >= $2 AND start_ns < $3 ORDER BY start_ns",
+                inst.id,
+                from,
+                to
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            let n = |v: i32| u32::try_from(v).unwrap_or(0);
+            Lane::Steps {
+                steps: rows
+                    .into_iter()
+                    .map(|r| Step {
+                        start_ns: r.start_ns,
+                        end_ns: r.end_ns,
+                        prefill_tokens: n(r.prefill_tokens),
+                        decode_tokens: n(r.decode_tokens),
+                        batch_size: n(r.batch_size),
+                    })
+                    .collect(),
+            }
+        } else {
+            // Aggregated where the data is: the reply has at most `width_px` buckets.
+            let rows = sqlx::query!(
+                r#"SELECT (start_ns - $2) / $4 AS "k!", count(*)::int AS "steps!", max(end_ns) AS "end_ns!",
+                          sum(prefill_tokens)::bigint AS "prefill!", sum(decode_tokens)::bigint AS "decode!",
+                          max(batch_size) AS "max_batch!"
+                   FROM iterations WHERE instance_id = $1 AND start_ns >= $2 AND start_ns < $3
+                   GROUP BY 1 ORDER BY 1"#,
+                inst.id,
+                from,
+                to,
+                bucket
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            Lane::Buckets {
+                bucket_ns: bucket,
+                buckets: rows
+                    .into_iter()
+                    .map(|r| Bucket {
+                        start_ns: from + r.k * bucket,
+                        end_ns: r.end_ns,
+                        steps: u32::try_from(r.steps).unwrap_or(0),
+                        prefill_tokens: u64::try_from(r.prefill).unwrap_or(0),
+                        decode_tokens: u64::try_from(r.decode).unwrap_or(0),
+                        max_batch_size: u32::try_from(r.max_batch).unwrap_or(0),
+                    })
+                    .collect(),
+            }
+        };
+        Ok(Waterfall {
+            instance: instance.to_string(),
+            from_ns: from,
+            to_ns: to,
+            width_px,
+            rows,
+            tracks,
+            lane,
+        })
+    }
+}
