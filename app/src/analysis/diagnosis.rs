@@ -114,6 +114,15 @@ pub fn duration(ns: Nanos) -> String {
     }
 }
 
+/// An SLO as people write it: `50 ms`, `2 s`.
+fn slo_text(ms: f64) -> String {
+    if ms >= 1000.0 && (ms / 1000.0).fract() == 0.0 {
+        format!("{} s", ms / 1000.0)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
 fn thousands(n: u64) -> String {
     let d = n.to_string();
     let mut out = String::new();
@@ -267,10 +276,11 @@ fn interrupted_decode(
         cause: Cause::PrefillInterruptedDecode,
         severity: Severity::Critical,
         summary: format!(
-            "TPOT {} > {} ms SLO: decode stalled {} in {gaps} gaps while {} prefilled {} prompt tokens.",
+            "TPOT {} > {} SLO: decode stalled {} in {gaps} gap{} while {} prefilled {} prompt tokens.",
             duration(tpot),
-            th.tpot_ms,
+            slo_text(th.tpot_ms),
             duration(stalled),
+            if gaps == 1 { "" } else { "s" },
             name_list(&ids),
             thousands(tokens)
         ),
@@ -290,9 +300,9 @@ fn slow_first_token(r: &RequestTrace, ttft: Nanos, ctx: &Context, th: &Threshold
                 cause: Cause::KvTransferSlow,
                 severity: Severity::Critical,
                 summary: format!(
-                    "TTFT {} > {} ms SLO: the KV-cache transfer from the prefill instance took {}.",
+                    "TTFT {} > {} SLO: the KV-cache transfer from the prefill instance took {}.",
                     duration(ttft),
-                    th.ttft_ms,
+                    slo_text(th.ttft_ms),
                     duration(took)
                 ),
                 culprits: Vec::new(),
@@ -321,9 +331,9 @@ fn slow_first_token(r: &RequestTrace, ttft: Nanos, ctx: &Context, th: &Threshold
             cause: Cause::QueueBacklog,
             severity: Severity::Warning,
             summary: format!(
-                "TTFT {} > {} ms SLO: {} of it waiting in the queue{}.",
+                "TTFT {} > {} SLO: {} of it waiting in the queue{}.",
                 duration(ttft),
-                th.ttft_ms,
+                slo_text(th.ttft_ms),
                 duration(queue),
                 waiting.map(|w| format!(" behind up to {w} requests")).unwrap_or_default()
             ),
@@ -408,9 +418,9 @@ fn monopoly(
         cause: Cause::PrefillMonopolized,
         severity: Severity::Critical,
         summary: format!(
-            "TTFT {} > {} ms SLO: waited while {culprit}'s {}-token prefill held the engine for {run} consecutive iterations ({}).",
+            "TTFT {} > {} SLO: waited while {culprit}'s {}-token prefill held the engine for {run} consecutive iterations ({}).",
             duration(ttft),
-            th.ttft_ms,
+            slo_text(th.ttft_ms),
             thousands(tokens),
             duration(held)
         ),

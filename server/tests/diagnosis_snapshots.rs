@@ -1,0 +1,82 @@
+//! Snapshots of the diagnoses of every scenario's victims and controls, computed directly from
+//! the simulator's output (no database): a change in wording or attribution shows up as a diff.
+//! Set UPDATE_SNAPSHOTS=1 to rewrite `snapshots/diagnoses.json` and review it.
+
+use std::path::Path;
+
+use app::analysis::diagnosis::{Context, OtherRequest, Thresholds, diagnose};
+use tokenscope::sim;
+
+const T0: i64 = 1_796_022_000_000_000_000;
+
+#[test]
+fn scenario_diagnoses_match_their_snapshot() {
+    let mut out = serde_json::Map::new();
+    for name in sim::scenarios::NAMES {
+        let s = sim::scenarios::build(name, T0, 1).unwrap();
+        let t = &s.truth;
+        for (instance, ids) in [
+            (&t.instance, &t.victims),
+            (&t.control_instance, &t.controls),
+        ] {
+            let run = s
+                .runs
+                .iter()
+                .find(|r| &r.resource.instance_id == instance)
+                .unwrap();
+            let others: Vec<OtherRequest> = run
+                .output
+                .requests
+                .iter()
+                .map(|r| OtherRequest {
+                    request_id: r.request_id.clone(),
+                    prompt_tokens: r.prompt_tokens,
+                    prefill: r
+                        .prefill_chunks
+                        .iter()
+                        .map(|c| (c.start_ns, c.end_ns, c.tokens))
+                        .collect(),
+                })
+                .collect();
+            for id in ids {
+                let r = run
+                    .output
+                    .requests
+                    .iter()
+                    .find(|r| &r.request_id == id)
+                    .unwrap();
+                let native = diagnose(
+                    r,
+                    &Context {
+                        iterations: &run.output.iterations,
+                        others: &others,
+                    },
+                    &Thresholds::default(),
+                );
+                let spans_only = diagnose(
+                    r,
+                    &Context {
+                        iterations: &[],
+                        others: &others,
+                    },
+                    &Thresholds::default(),
+                );
+                out.insert(
+                    format!("{name}/{id}"),
+                    serde_json::json!({ "native": native, "spans_only": spans_only }),
+                );
+            }
+        }
+    }
+    let actual = serde_json::to_string_pretty(&serde_json::Value::Object(out)).unwrap() + "\n";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/diagnoses.json");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path)
+        .expect("snapshot exists; run with UPDATE_SNAPSHOTS=1 and review it");
+    assert_eq!(
+        actual, expected,
+        "diagnoses changed; review and update the snapshot"
+    );
+}
