@@ -34,10 +34,10 @@ async fn main() {
     .await
     .unwrap();
 
-    // Ten requests a second for 1,000 s on one simulated 8B/H100 instance.
+    // Four requests a second for 2,500 s on one simulated 8B/H100 instance.
     let start = 1_796_022_000_000_000_000i64;
     let mut rng = tokenscope::fixtures::Rng::new(7);
-    let reqs = sim::load::poisson("wf", start, 10.0, 1000.0, false, &mut rng);
+    let reqs = sim::load::poisson("wf", start, 4.0, 2500.0, false, &mut rng);
     let profile = sim::cost::profile("llama-8b-h100").unwrap();
     let run = sim::traffic("bench-gpu", profile, reqs, 7);
     let (requests, iterations) = (run.output.requests.len(), run.output.iterations.len());

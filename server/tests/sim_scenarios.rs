@@ -191,6 +191,25 @@ async fn waterfall_has_a_track_per_request_and_a_bounded_iteration_lane() {
     assert!(buckets.len() <= 100, "{} buckets", buckets.len());
     let total: u64 = buckets.iter().map(|b| b["steps"].as_u64().unwrap()).sum();
     assert_eq!(total as usize, steps, "buckets account for every step");
+    // Rows are virtualized: a viewport's worth of tracks, with the total for the scrollbar.
+    let page = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=sim-pid&from={from}&to={to}&first_row=5&rows=3"
+        ))
+        .await;
+    assert_eq!(page["rows"], 13);
+    let rows: Vec<u64> = page["tracks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["row"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rows, [5, 6, 7]);
+    assert!(
+        page["tracks"][0]["segments"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty())
+    );
     // Every request overlaps the victim here, so compact mode cannot share rows…
     assert_eq!(narrow["rows"], 13);
     // …but requests that follow one another share one.

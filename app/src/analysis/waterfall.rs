@@ -59,7 +59,9 @@ pub struct Waterfall {
     pub from_ns: Nanos,
     pub to_ns: Nanos,
     pub width_px: u32,
+    /// Rows in the whole window; `tracks` holds those from `first_row` on, a viewport's worth.
     pub rows: u32,
+    pub first_row: u32,
     pub tracks: Vec<Track>,
     pub lane: Lane,
 }

@@ -258,6 +258,8 @@ struct WaterfallParams {
     to: Option<String>,
     width_px: Option<String>,
     compact: Option<String>,
+    first_row: Option<String>,
+    rows: Option<String>,
 }
 
 /// `GET /api/v1/waterfall?instance=&from=&to=&width_px=&compact=`: tracks and the iteration lane.
@@ -276,9 +278,20 @@ async fn waterfall(
     let compact = matches!(p.compact.as_deref(), Some("true" | "1"));
     let from = parse_int("from", p.from.as_deref())?;
     let to = parse_int("to", p.to.as_deref())?;
+    let first_row = parse_int("first_row", p.first_row.as_deref())?.unwrap_or(0);
+    let rows = parse_int("rows", p.rows.as_deref())?.unwrap_or(500);
+    if first_row < 0 || !(1..=5000).contains(&rows) {
+        return Err(Error::InvalidArgument(
+            "first_row must be ≥ 0 and rows between 1 and 5000".into(),
+        ));
+    }
+    let view = crate::store::Rows {
+        first_row: first_row as u32,
+        rows: rows as u32,
+    };
     Ok(Json(
         store
-            .waterfall(&instance, from, to, width as u32, compact)
+            .waterfall(&instance, from, to, width as u32, compact, view)
             .await?,
     ))
 }

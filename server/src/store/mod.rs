@@ -21,6 +21,7 @@ use crate::error::Result;
 
 pub use partitions::DAY_NS;
 pub use read::RequestFilter;
+pub use waterfall::Rows;
 
 #[derive(Clone)]
 pub struct Store {

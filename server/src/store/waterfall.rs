@@ -11,6 +11,13 @@ use crate::error::{Error, Result};
 const LOOKBACK_NS: Nanos = 3600 * 1_000_000_000;
 const DEFAULT_WINDOW_NS: Nanos = 5 * 60 * 1_000_000_000;
 
+/// The rows the client shows (virtualized: a viewport's worth at a time).
+#[derive(Clone, Copy, Debug)]
+pub struct Rows {
+    pub first_row: u32,
+    pub rows: u32,
+}
+
 impl Store {
     pub async fn waterfall(
         &self,
@@ -19,6 +26,7 @@ impl Store {
         to: Option<Nanos>,
         width_px: u32,
         compact: bool,
+        view: Rows,
     ) -> Result<Waterfall> {
         let inst = sqlx::query!(
             "SELECT id, last_seen_ns FROM instances WHERE instance_key = $1",
@@ -35,10 +43,11 @@ impl Store {
                 "from={from} must be before to={to}"
             )));
         }
-        let rows = sqlx::query!(
-            "SELECT request_id, arrival_ns, finished_ns, ttft_ns, prompt_tokens, output_tokens, detail FROM requests
-             WHERE instance_id = $1 AND arrival_ns >= $2 AND arrival_ns < $3 AND finished_ns >= $4
-             ORDER BY arrival_ns",
+        // Rows are laid out from every request's extent (cheap columns), then only the visible
+        // rows' stages are read: the reply grows with the viewport, not with the window.
+        let spans = sqlx::query!(
+            "SELECT request_id, arrival_ns, finished_ns FROM requests
+             WHERE instance_id = $1 AND arrival_ns >= $2 AND arrival_ns < $3 AND finished_ns >= $4",
             inst.id,
             from - LOOKBACK_NS,
             to,
@@ -46,8 +55,36 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        let mut tracks = Vec::with_capacity(rows.len());
-        for r in rows {
+        let bucket = waterfall::bucket_ns(from, to, width_px);
+        let placed: Vec<Track> = spans
+            .into_iter()
+            .map(|r| Track {
+                row: 0,
+                request_id: r.request_id,
+                arrival_ns: r.arrival_ns,
+                finished_ns: r.finished_ns,
+                segments: Vec::new(),
+            })
+            .collect();
+        let (placed, rows) = waterfall::tracks(placed, compact, bucket);
+        let visible: Vec<Track> = placed
+            .into_iter()
+            .filter(|t| t.row >= view.first_row && t.row < view.first_row + view.rows)
+            .collect();
+        let ids: Vec<String> = visible.iter().map(|t| t.request_id.clone()).collect();
+        let details = sqlx::query!(
+            "SELECT request_id, arrival_ns, finished_ns, ttft_ns, prompt_tokens, output_tokens, detail FROM requests
+             WHERE instance_id = $1 AND request_id = ANY($2) AND arrival_ns >= $3 AND arrival_ns < $4",
+            inst.id,
+            &ids,
+            from - LOOKBACK_NS,
+            to
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut segments: std::collections::HashMap<String, Vec<app::api::Stage>> =
+            std::collections::HashMap::new();
+        for r in details {
             let d: Detail = serde_json::from_value(r.detail).map_err(|e| {
                 Error::Internal(format!("stored request detail is unreadable: {e}"))
             })?;
@@ -65,16 +102,15 @@ impl Store {
                 kv_transfer: d.kv_transfer,
                 ..RequestTrace::default()
             };
-            tracks.push(Track {
-                row: 0,
-                segments: stages(&trace),
-                request_id: trace.request_id,
-                arrival_ns: trace.arrival_ns,
-                finished_ns: trace.finished_ns,
-            });
+            segments.insert(trace.request_id.clone(), stages(&trace));
         }
-        let bucket = waterfall::bucket_ns(from, to, width_px);
-        let (tracks, rows) = waterfall::tracks(tracks, compact, bucket);
+        let tracks: Vec<Track> = visible
+            .into_iter()
+            .map(|mut t| {
+                t.segments = segments.remove(&t.request_id).unwrap_or_default();
+                t
+            })
+            .collect();
 
         let steps = sqlx::query_scalar!(
             r#"SELECT count(*) AS "n!" FROM iterations WHERE instance_id = $1 AND start_ns >= $2 AND start_ns < $3"#,
@@ -143,6 +179,7 @@ impl Store {
             to_ns: to,
             width_px,
             rows,
+            first_row: view.first_row,
             tracks,
             lane,
         })
