@@ -86,6 +86,9 @@ pub struct TokenView {
     /// What else the producing step computed.
     pub step_prefill_tokens: Option<u32>,
     pub step_decode_tokens: Option<u32>,
+    /// Other requests that prefilled in the producing step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_prefill_requests: Vec<String>,
     /// Word choice: probability of the chosen token, entropy of the candidates (nats), and the
     /// chosen token's probability minus the best other candidate's (negative: a likelier one existed).
     pub probability: Option<f32>,

@@ -5,7 +5,7 @@ use crate::api::{CandidateView, TokenView};
 use crate::model::{RequestTrace, SpecialToken, Token, ms};
 
 /// The load of one engine step, as the token view needs it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepLoad {
     pub iteration_id: u64,
     /// Requests in the batch.
@@ -14,6 +14,8 @@ pub struct StepLoad {
     pub waiting: u32,
     pub prefill_tokens: u32,
     pub decode_tokens: u32,
+    /// Other requests whose prefill ran in this step (the usual cause of a slow token).
+    pub prefill_requests: Vec<String>,
 }
 
 /// Probability, entropy of the candidates, and margin to the best other candidate.
@@ -79,7 +81,7 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
                 steps
                     .binary_search_by_key(&id, |s| s.iteration_id)
                     .ok()
-                    .map(|k| steps[k])
+                    .map(|k| &steps[k])
             });
             TokenView {
                 index: i as u32,
@@ -110,6 +112,15 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
                 compute_ms,
                 step_prefill_tokens: step.map(|s| s.prefill_tokens),
                 step_decode_tokens: step.map(|s| s.decode_tokens),
+                step_prefill_requests: step
+                    .map(|s| {
+                        s.prefill_requests
+                            .iter()
+                            .filter(|id| **id != r.request_id)
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default(),
                 probability,
                 entropy,
                 margin,

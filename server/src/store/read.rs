@@ -223,7 +223,7 @@ impl Store {
         ids.dedup();
         // The time bounds let Postgres skip partitions; a second of slack covers clock skew.
         let rows = sqlx::query!(
-            "SELECT iteration_id, batch_size, waiting, prefill_tokens, decode_tokens FROM iterations
+            "SELECT iteration_id, batch_size, waiting, prefill_tokens, decode_tokens, batch FROM iterations
              WHERE instance_id = $1 AND iteration_id = ANY($2) AND start_ns >= $3 AND start_ns <= $4
              ORDER BY iteration_id",
             instance_id,
@@ -233,16 +233,28 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|row| StepLoad {
-                iteration_id: row.iteration_id as u64,
-                batch_size: count(row.batch_size),
-                waiting: count(row.waiting),
-                prefill_tokens: count(row.prefill_tokens),
-                decode_tokens: count(row.decode_tokens),
+        rows.into_iter()
+            .map(|row| {
+                // Only steps that ran a prefill name requests; decode-only steps stay empty.
+                let prefill_requests = if row.prefill_tokens > 0 {
+                    super::batch_block::decode(&row.batch)?
+                        .into_iter()
+                        .filter(|e| e.phase == app::model::Phase::Prefill)
+                        .map(|e| e.request_id)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                Ok(StepLoad {
+                    iteration_id: row.iteration_id as u64,
+                    batch_size: count(row.batch_size),
+                    waiting: count(row.waiting),
+                    prefill_tokens: count(row.prefill_tokens),
+                    decode_tokens: count(row.decode_tokens),
+                    prefill_requests,
+                })
             })
-            .collect())
+            .collect()
     }
 
     pub async fn list_instances(&self) -> Result<Vec<InstanceInfo>> {
