@@ -80,7 +80,7 @@ async fn main() {
     times.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "waterfall over {requests} requests and {iterations} iterations, width 1,200 px, {QUERIES} queries:"
+        "waterfall over {requests} requests and {iterations} iterations, width 1,200 px, {QUERIES} queries (whole window):"
     );
     println!(
         "  latency p50 / p99 / max  {:.1} / {:.1} / {:.1} ms",
@@ -89,7 +89,7 @@ async fn main() {
         ms(times[QUERIES - 1])
     );
     println!(
-        "  payload                  {:.2} MB (tracks grow with requests; the lane is at most 1,200 buckets)",
+        "  payload                  {:.2} MB (500 visible rows; the lane is at most 1,200 buckets)",
         bytes as f64 / 1e6
     );
 }
