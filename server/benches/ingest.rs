@@ -3,6 +3,10 @@
 //!
 //! Run with `scripts/bench` (starts a throwaway Postgres), or `cargo bench -p tokenscope --bench
 //! ingest` with TOKENSCOPE_TEST_DATABASE_URL pointing at a cluster where databases may be created.
+//! The server is started the way the integration tests start it (`tests/common`).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +14,6 @@ use sqlx::{Connection, PgConnection};
 use tokenscope::fixtures;
 use tokenscope::ingest::native::to_wire;
 use tokenscope::proto::v1::{self, trace_ingest_client::TraceIngestClient};
-use tokenscope::server::{self, Config};
 use tokenscope::store::token_block;
 
 const TOKENS_PER_REQUEST: usize = 512;
@@ -85,26 +88,8 @@ fn codec() {
 }
 
 async fn end_to_end() {
-    let admin = std::env::var("TOKENSCOPE_TEST_DATABASE_URL")
-        .expect("set TOKENSCOPE_TEST_DATABASE_URL (scripts/bench does) to a Postgres where databases may be created");
-    let name = format!("ts_bench_{}", std::process::id());
-    let mut conn = PgConnection::connect(&admin).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let database_url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
-    let running = server::start(Config {
-        http_addr: "127.0.0.1:0".parse().unwrap(),
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        database_url: database_url.clone(),
-        site_root: "target/site".into(),
-        max_message_bytes: 256 << 20,
-        retention_days: 0,
-        assembly_timeout: std::time::Duration::from_secs(2),
-    })
-    .await
-    .unwrap();
+    let app = common::spawn_app().await;
+    let (running, database_url) = (&app.running, app.database_url.clone());
 
     print!(
         "preparing {BATCHES} batches of {REQUESTS_PER_BATCH} requests × {TOKENS_PER_REQUEST} tokens … "

@@ -4,35 +4,19 @@
 //! Run with `scripts/bench` (it runs every bench) or `cargo bench -p tokenscope --bench waterfall`
 //! with TOKENSCOPE_TEST_DATABASE_URL set.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::time::{Duration, Instant};
 
-use sqlx::{Connection, PgConnection};
-use tokenscope::server::{self, Config};
 use tokenscope::sim;
 
 const QUERIES: usize = 200;
 
 #[tokio::main]
 async fn main() {
-    let admin = std::env::var("TOKENSCOPE_TEST_DATABASE_URL")
-        .expect("set TOKENSCOPE_TEST_DATABASE_URL (scripts/bench does)");
-    let name = format!("ts_bench_wf_{}", std::process::id());
-    let mut conn = PgConnection::connect(&admin).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let running = server::start(Config {
-        http_addr: "127.0.0.1:0".parse().unwrap(),
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        database_url: format!("{}/{name}", admin.rsplit_once('/').unwrap().0),
-        site_root: "target/site".into(),
-        max_message_bytes: 256 << 20,
-        retention_days: 0,
-        assembly_timeout: Duration::from_secs(30),
-    })
-    .await
-    .unwrap();
+    let app = common::spawn_app().await;
+    let running = &app.running;
 
     // Four requests a second for 2,500 s on one simulated 8B/H100 instance.
     let start = 1_796_022_000_000_000_000i64;
@@ -61,7 +45,7 @@ async fn main() {
         "http://{}/api/v1/waterfall?instance=bench-gpu&from={start}&to={end}&width_px=1200",
         running.http_addr
     );
-    let client = reqwest::Client::new();
+    let client = &app.client;
     let mut times = Vec::with_capacity(QUERIES);
     let mut bytes = 0;
     for _ in 0..QUERIES {

@@ -101,13 +101,8 @@ async fn trtllm_perf_metrics_over_http() {
         "(730 − 160) / 19 = 30 ms: {}",
         d["tpot_ms"]
     );
-    let kinds: Vec<&str> = d["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["kind"].as_str().unwrap())
-        .collect();
-    assert!(kinds.contains(&"kv_transfer"), "{kinds:?}");
+    let kinds = stage_kinds(&d, "stages");
+    assert!(kinds.iter().any(|k| k == "kv_transfer"), "{kinds:?}");
 }
 
 #[tokio::test]

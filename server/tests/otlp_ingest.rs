@@ -304,12 +304,7 @@ async fn sglang_request_assembled_from_three_exports() {
     assert_eq!(d["tpot_ms"], 24.5);
     assert_eq!(d["e2e_ms"], 1400.0);
     assert_eq!(d["preemptions"], 1);
-    let kinds: Vec<&str> = d["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["kind"].as_str().unwrap())
-        .collect();
+    let kinds = stage_kinds(&d, "stages");
     assert_eq!(
         kinds,
         [

@@ -119,3 +119,13 @@ pub fn export(
 
 /// 2026-11-30T07:00:00Z in Unix nanoseconds.
 pub const T0: i64 = 1_796_022_000_000_000_000;
+
+/// The kinds of a request's (or track's) stages, in order: `d[field]` is a list of stages.
+pub fn stage_kinds(d: &serde_json::Value, field: &str) -> Vec<String> {
+    d[field]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap().to_string())
+        .collect()
+}
