@@ -181,7 +181,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 instance: instance.unwrap_or_else(|| format.default_instance().into()),
                 model,
                 clock_offset_s,
-                now_ns: crate::ingest::import::now_ns(),
+                now_ns: crate::clock::now_ns(),
             };
             let reply = crate::ingest::import::import(&store, format, &bytes, &opts).await?;
             println!(
@@ -193,13 +193,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Sim(args) => crate::sim::cli::run(args).await,
         Command::Retention { db, keep_days } => {
             let store = Store::connect(&db.database_url).await?;
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos() as i64;
-            let dropped = store
-                .drop_partitions_before(now - i64::from(keep_days) * crate::store::DAY_NS)
-                .await?;
+            let dropped = store.drop_older_than_days(keep_days).await?;
             println!(
                 "dropped {} partitions: {}",
                 dropped.len(),

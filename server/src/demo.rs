@@ -2,8 +2,6 @@
 //! every simulator scenario (incident and healthy control) and five minutes of the Azure
 //! conversation trace replayed on a simulated 8B/H100 instance.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use crate::error::Result;
 use crate::ingest::{native, store_decoded};
 use crate::sim::{self, cost, deliver, load};
@@ -16,10 +14,7 @@ pub async fn load(store: &Store, if_empty: bool) -> Result<()> {
         println!("demo: the database already has requests; nothing loaded");
         return Ok(());
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos() as i64;
+    let now = crate::clock::now_ns();
     let (mut runs, truths) = sim::all_scenarios(now - 20 * 60 * SECOND, 60 * SECOND, 1);
     let window = load::Window {
         from_s: 0.0,

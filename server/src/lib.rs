@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod clock;
 pub mod demo;
 pub mod error;
 pub mod fixtures;

@@ -2,7 +2,7 @@
 //! (native and OTLP ingest on one port).
 
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::{Router, extract::DefaultBodyLimit};
 use leptos::prelude::LeptosOptions;
@@ -152,12 +152,7 @@ async fn retention_loop(store: Store, days: u32) {
     let mut every = tokio::time::interval(Duration::from_secs(3600));
     loop {
         every.tick().await;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as i64;
-        let cutoff = now - i64::from(days) * crate::store::DAY_NS;
-        match store.drop_partitions_before(cutoff).await {
+        match store.drop_older_than_days(days).await {
             Ok(dropped) if !dropped.is_empty() => {
                 tracing::info!(?dropped, "retention dropped partitions")
             }

@@ -108,26 +108,23 @@ async fn trtllm_perf_metrics_over_http() {
 #[tokio::test]
 async fn trtllm_iteration_log_from_the_command_line() {
     let app = spawn_app().await;
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokenscope"))
-        .args([
-            "import",
-            "--format",
-            "trtllm-iteration-log",
-            "--instance",
-            "gen-4",
-            "--clock-offset-s",
-            OFFSET,
-        ])
-        .arg(fixture("trtllm/time_events_rank0_pid4242.jsonl"))
-        .env("DATABASE_URL", &app.database_url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let file = fixture("trtllm/time_events_rank0_pid4242.jsonl");
+    let args = [
+        "import",
+        "--format",
+        "trtllm-iteration-log",
+        "--instance",
+        "gen-4",
+        "--clock-offset-s",
+        OFFSET,
+    ];
+    let stdout = run_cli(
+        args.iter()
+            .map(std::ffi::OsStr::new)
+            .chain([file.as_os_str()]),
+        Some(&app.database_url),
     );
-    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     assert_eq!(
         reply["accepted_requests"], 1,
         "rank 1's copy of the request is not stored twice: {reply}"

@@ -114,24 +114,22 @@ async fn scenarios_show_their_symptoms_through_the_query_api() {
 async fn sim_command_sends_a_scenario_and_writes_its_truth() {
     let app = spawn_app().await;
     let truth = std::env::temp_dir().join(format!("ts-truth-{}.json", std::process::id()));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tokenscope"))
-        .args([
-            "sim",
-            "--scenario",
-            "low-probability-eos",
-            "--seed",
-            "3",
-            "--send",
-        ])
-        .arg(format!("http://{}", app.running.grpc_addr))
-        .arg("--truth")
-        .arg(&truth)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let grpc = format!("http://{}", app.running.grpc_addr);
+    let args = [
+        "sim",
+        "--scenario",
+        "low-probability-eos",
+        "--seed",
+        "3",
+        "--send",
+        &grpc,
+        "--truth",
+    ];
+    run_cli(
+        args.iter()
+            .map(std::ffi::OsStr::new)
+            .chain([truth.as_os_str()]),
+        None,
     );
     let truth: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&truth).unwrap()).unwrap();

@@ -152,7 +152,7 @@ async fn import(
         instance: non_empty(p.instance).unwrap_or_else(|| format.default_instance().into()),
         model: non_empty(p.model),
         clock_offset_s,
-        now_ns: ingest::import::now_ns(),
+        now_ns: crate::clock::now_ns(),
     };
     Ok(Json(
         ingest::import::import(&store, format, &body, &opts).await?,

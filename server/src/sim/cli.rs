@@ -4,8 +4,8 @@ use app::model::Nanos;
 
 use super::{cost, deliver, load, scenarios};
 use crate::cli::SimArgs;
+use crate::clock::now_ns;
 use crate::error::{Error, Result};
-use crate::ingest::import::now_ns;
 
 const SECOND: Nanos = 1_000_000_000;
 

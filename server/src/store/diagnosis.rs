@@ -7,11 +7,8 @@ use app::analysis::diagnosis::{
 use app::analysis::metrics::request_metrics;
 use app::model::{Iteration, Nanos, RequestTrace};
 
-use super::{Store, batch_block, write::Detail};
-use crate::error::{Error, Result};
-
-/// Requests are assumed to last less than this when looking back for overlapping ones.
-const LOOKBACK_NS: Nanos = 3600 * 1_000_000_000;
+use super::{REQUEST_LOOKBACK_NS, Store, batch_block, read::count, write::Detail};
+use crate::error::Result;
 
 impl Store {
     /// An instance's iterations that start within [from, to], with their batches, by start time.
@@ -37,8 +34,8 @@ impl Store {
                     start_ns: r.start_ns,
                     end_ns: r.end_ns,
                     batch: batch_block::decode(&r.batch)?,
-                    running: u32::try_from(r.running).unwrap_or(0),
-                    waiting: u32::try_from(r.waiting).unwrap_or(0),
+                    running: count(r.running),
+                    waiting: count(r.waiting),
                     kv_cache_usage: r.kv_cache_usage,
                 })
             })
@@ -56,7 +53,7 @@ impl Store {
             "SELECT request_id, prompt_tokens, detail FROM requests
              WHERE instance_id = $1 AND arrival_ns >= $2 AND arrival_ns <= $3 AND finished_ns >= $4",
             instance_id,
-            from - LOOKBACK_NS,
+            from - REQUEST_LOOKBACK_NS,
             to,
             from
         )
@@ -64,12 +61,10 @@ impl Store {
         .await?;
         rows.into_iter()
             .map(|r| {
-                let detail: Detail = serde_json::from_value(r.detail).map_err(|e| {
-                    Error::Internal(format!("stored request detail is unreadable: {e}"))
-                })?;
+                let detail = Detail::parse(r.detail)?;
                 Ok(OtherRequest {
                     request_id: r.request_id,
-                    prompt_tokens: u32::try_from(r.prompt_tokens).unwrap_or(0),
+                    prompt_tokens: count(r.prompt_tokens),
                     prefill: detail
                         .prefill_chunks
                         .iter()

@@ -23,6 +23,10 @@ pub use partitions::DAY_NS;
 pub use read::RequestFilter;
 pub use waterfall::Rows;
 
+/// Requests are assumed to last less than this when looking back for ones that overlap a window
+/// (their rows are found by arrival time, which partitions the table).
+const REQUEST_LOOKBACK_NS: Nanos = 3600 * 1_000_000_000;
+
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
@@ -78,6 +82,12 @@ impl Store {
             .partitions
             .drop_before(&self.pool, cutoff_ns)
             .await
+    }
+
+    /// Retention: drops the partitions older than `keep_days` days from now.
+    pub async fn drop_older_than_days(&self, keep_days: u32) -> Result<Vec<String>> {
+        let cutoff = crate::clock::now_ns() - i64::from(keep_days) * DAY_NS;
+        self.drop_partitions_before(cutoff).await
     }
 
     /// Stored size of all token blocks and their token count (for the storage benchmark).

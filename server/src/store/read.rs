@@ -37,7 +37,8 @@ fn engine(s: &str) -> EngineKind {
     EngineKind::parse(s).unwrap_or_default()
 }
 
-fn count(v: i32) -> u32 {
+/// A stored count (int4, never negative) as the model's `u32`.
+pub(super) fn count(v: i32) -> u32 {
     u32::try_from(v).unwrap_or(0)
 }
 
@@ -118,8 +119,7 @@ impl Store {
                 )));
             }
         };
-        let detail: Detail = serde_json::from_value(row.detail)
-            .map_err(|e| Error::Internal(format!("stored request detail is unreadable: {e}")))?;
+        let detail = Detail::parse(row.detail)?;
         let tokens = match &row.tokens {
             None => Vec::new(),
             Some(block) => {
@@ -136,25 +136,20 @@ impl Store {
                 tokens
             }
         };
-        let trace = RequestTrace {
+        let mut trace = RequestTrace {
             request_id: row.request_id,
             trace_id: row.trace_id.as_deref().map(app::model::hex),
             parent_span_id: row.parent_span_id.as_deref().map(app::model::hex),
             arrival_ns: row.arrival_ns,
-            queued_ns: detail.queued_ns,
-            first_scheduled_ns: detail.first_scheduled_ns,
-            first_token_ns: detail.first_token_ns,
             finished_ns: row.finished_ns,
             finish_reason: FinishReason::parse(&row.finish_reason).unwrap_or_default(),
             prompt_tokens: count(row.prompt_tokens),
             output_tokens: count(row.output_tokens),
             cached_tokens: count(row.cached_tokens),
-            prefill_chunks: detail.prefill_chunks,
-            preemptions: detail.preemptions,
-            kv_transfer: detail.kv_transfer,
-            sampling: detail.sampling,
             tokens,
+            ..RequestTrace::default()
         };
+        detail.apply(&mut trace);
         Ok(Loaded {
             trace,
             instance_id: row.instance_id,

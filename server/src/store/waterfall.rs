@@ -5,10 +5,9 @@ use app::analysis::stages::stages;
 use app::analysis::waterfall::{self, Bucket, Lane, Step, Track, Waterfall};
 use app::model::{Nanos, RequestTrace};
 
-use super::{Store, write::Detail};
+use super::{REQUEST_LOOKBACK_NS, Store, read::count, write::Detail};
 use crate::error::{Error, Result};
 
-const LOOKBACK_NS: Nanos = 3600 * 1_000_000_000;
 const DEFAULT_WINDOW_NS: Nanos = 5 * 60 * 1_000_000_000;
 
 /// The rows the client shows (virtualized: a viewport's worth at a time).
@@ -49,7 +48,7 @@ impl Store {
             "SELECT request_id, arrival_ns, finished_ns FROM requests
              WHERE instance_id = $1 AND arrival_ns >= $2 AND arrival_ns < $3 AND finished_ns >= $4",
             inst.id,
-            from - LOOKBACK_NS,
+            from - REQUEST_LOOKBACK_NS,
             to,
             from
         )
@@ -77,7 +76,7 @@ impl Store {
              WHERE instance_id = $1 AND request_id = ANY($2) AND arrival_ns >= $3 AND arrival_ns < $4",
             inst.id,
             &ids,
-            from - LOOKBACK_NS,
+            from - REQUEST_LOOKBACK_NS,
             to
         )
         .fetch_all(&self.pool)
@@ -85,23 +84,17 @@ impl Store {
         let mut segments: std::collections::HashMap<String, Vec<app::api::Stage>> =
             std::collections::HashMap::new();
         for r in details {
-            let d: Detail = serde_json::from_value(r.detail).map_err(|e| {
-                Error::Internal(format!("stored request detail is unreadable: {e}"))
-            })?;
-            let trace = RequestTrace {
+            let mut trace = RequestTrace {
                 request_id: r.request_id,
                 arrival_ns: r.arrival_ns,
-                queued_ns: d.queued_ns,
-                first_scheduled_ns: d.first_scheduled_ns,
-                first_token_ns: r.ttft_ns.map(|t| r.arrival_ns + t),
                 finished_ns: r.finished_ns,
-                prompt_tokens: u32::try_from(r.prompt_tokens).unwrap_or(0),
-                output_tokens: u32::try_from(r.output_tokens).unwrap_or(0),
-                prefill_chunks: d.prefill_chunks,
-                preemptions: d.preemptions,
-                kv_transfer: d.kv_transfer,
+                prompt_tokens: count(r.prompt_tokens),
+                output_tokens: count(r.output_tokens),
                 ..RequestTrace::default()
             };
+            Detail::parse(r.detail)?.apply(&mut trace);
+            // Tokens are not read here; the first token's time is in the stored TTFT.
+            trace.first_token_ns = trace.first_token_ns.or(r.ttft_ns.map(|t| r.arrival_ns + t));
             segments.insert(trace.request_id.clone(), stages(&trace));
         }
         let tracks: Vec<Track> = visible

@@ -31,6 +31,25 @@ pub(super) struct Detail {
     pub sampling: SamplingParams,
 }
 
+impl Detail {
+    pub fn parse(value: serde_json::Value) -> Result<Self> {
+        serde_json::from_value(value).map_err(|e| {
+            crate::error::Error::Internal(format!("stored request detail is unreadable: {e}"))
+        })
+    }
+
+    /// Puts the stage times and details back into a request read from its row.
+    pub fn apply(self, r: &mut RequestTrace) {
+        r.queued_ns = self.queued_ns;
+        r.first_scheduled_ns = self.first_scheduled_ns;
+        r.first_token_ns = self.first_token_ns;
+        r.prefill_chunks = self.prefill_chunks;
+        r.preemptions = self.preemptions;
+        r.kv_transfer = self.kv_transfer;
+        r.sampling = self.sampling;
+    }
+}
+
 impl Store {
     pub(crate) async fn write(&self, batches: &[ResourceBatch]) -> Result<Stored> {
         let mut stored = Stored::default();

@@ -129,3 +129,24 @@ pub fn stage_kinds(d: &serde_json::Value, field: &str) -> Vec<String> {
         .map(|s| s["kind"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Runs the `tokenscope` binary with `args` (and `DATABASE_URL` when given), asserts that it
+/// succeeded, and returns what it printed on standard output.
+pub fn run_cli<I, S>(args: I, database_url: Option<&str>) -> Vec<u8>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tokenscope"));
+    cmd.args(args);
+    if let Some(url) = database_url {
+        cmd.env("DATABASE_URL", url);
+    }
+    let out = cmd.output().expect("tokenscope runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}

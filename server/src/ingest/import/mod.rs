@@ -156,10 +156,3 @@ impl Format {
         }
     }
 }
-
-pub fn now_ns() -> Nanos {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos() as Nanos
-}

@@ -1,0 +1,10 @@
+//! The wall clock, read in one place: Unix nanoseconds, the model's time unit.
+
+use app::model::Nanos;
+
+pub fn now_ns() -> Nanos {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as Nanos
+}
