@@ -155,3 +155,48 @@ async fn timing_causes_from_request_spans_alone() {
     let truths = load(&app, false).await;
     check(&app, &truths, true).await;
 }
+
+#[tokio::test]
+async fn the_window_listing_agrees_with_each_request_s_own_diagnosis() {
+    let app = spawn_app().await;
+    load(&app, true).await;
+    // Two busy instances interleaved in time, so the listing pages (256 requests at a time)
+    // through requests of both and of the scenarios.
+    let profile = sim::cost::profile("llama-8b-h100").unwrap();
+    let mut rng = tokenscope::fixtures::Rng::new(5);
+    let runs: Vec<_> = ["busy-a", "busy-b"]
+        .into_iter()
+        .map(|name| {
+            let reqs = sim::load::poisson(name, T0, 10.0, 14.0, false, &mut rng);
+            sim::traffic(name, profile, reqs, 5)
+        })
+        .collect();
+    let url = format!("http://{}", app.running.grpc_addr);
+    sim::deliver::send(&url, sim::deliver::batches(&runs), f64::INFINITY, false)
+        .await
+        .unwrap();
+
+    let all = app
+        .get_json("/api/v1/requests?order=start&limit=10000")
+        .await;
+    let all = all["requests"].as_array().unwrap();
+    assert!(all.len() > 300, "{} requests", all.len());
+    let mut expected = Vec::new();
+    for r in all {
+        let (id, instance) = (
+            r["request_id"].as_str().unwrap(),
+            r["instance"].as_str().unwrap(),
+        );
+        let d = diagnosis(&app, id, instance).await;
+        if d["verdict"] == "degraded" {
+            expected.push(d);
+        }
+    }
+    let listed = app.get_json("/api/v1/diagnosis?limit=5000").await;
+    let mut listed = listed["diagnoses"].as_array().unwrap().clone();
+    assert!(listed.len() > 10, "{} degraded", listed.len());
+    let key = |d: &serde_json::Value| d["request_id"].as_str().unwrap().to_string();
+    expected.sort_by_key(key);
+    listed.sort_by_key(key);
+    assert_eq!(listed, expected);
+}

@@ -171,7 +171,27 @@ async fn retention_drops_whole_partitions() {
         .drop_partitions_before(T0 - 5 * day)
         .await
         .unwrap();
-    assert_eq!(dropped, ["requests_p20261120", "iterations_p20261120"]);
+    assert_eq!(
+        dropped,
+        [
+            "requests_p20261120",
+            "iterations_p20261120",
+            "iteration_rollups_p20261120"
+        ]
+    );
     assert_eq!(app.get("/api/v1/requests/old").await.status(), 404);
     assert_eq!(app.get("/api/v1/requests/new").await.status(), 200);
+    // The old day's steps are gone from the lane too: had its rollups outlived them, one pixel
+    // could not hold their count and the lane would come back as buckets.
+    let reply = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=gpu-0&from={}&to={T0}&width_px=1",
+            T0 - 11 * day
+        ))
+        .await;
+    assert_eq!(
+        reply["lane"],
+        serde_json::json!({"lod": "steps", "steps": []}),
+        "{reply}"
+    );
 }

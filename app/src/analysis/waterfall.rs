@@ -125,6 +125,45 @@ pub fn bucket_ns(from: Nanos, to: Nanos, width_px: u32) -> Nanos {
     (span + w - 1) / w
 }
 
+/// Resolutions at which the store sums iterations per instance as they are ingested. Each
+/// divides a day (so a cell never straddles a daily partition); the migration that created
+/// `iteration_rollups` back-fills exactly these.
+pub const ROLLUP_NS: [Nanos; 4] = [100_000_000, 1_000_000_000, 10_000_000_000, 100_000_000_000];
+
+/// How a window's steps are summed into at most `width_px` buckets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grid {
+    /// The rollup resolution to read, or `None` to sum the raw iterations (narrow windows).
+    pub rollup_ns: Option<Nanos>,
+    /// Start of bucket 0: at or before the window's start, on the rollup's cell grid.
+    pub origin_ns: Nanos,
+    pub bucket_ns: Nanos,
+}
+
+/// The coarsest rollup with at least two cells per pixel-wide bucket, and buckets made of whole
+/// cells. Aligning buckets to cells keeps every sum exact (no cell is split between buckets);
+/// the price is a bucket wider than a pixel by less than two cells (so at most twice, and for
+/// any real width about 1.5 times as wide), and a first bucket that may start before the window.
+pub fn grid(from: Nanos, to: Nanos, width_px: u32) -> Grid {
+    let wanted = bucket_ns(from, to, width_px);
+    match ROLLUP_NS.iter().rev().find(|&&r| 2 * r <= wanted) {
+        None => Grid {
+            rollup_ns: None,
+            origin_ns: from,
+            bucket_ns: wanted,
+        },
+        Some(&r) => {
+            let origin = from.div_euclid(r) * r;
+            let cells = (bucket_ns(origin, to, width_px) + r - 1) / r;
+            Grid {
+                rollup_ns: Some(r),
+                origin_ns: origin,
+                bucket_ns: cells * r,
+            }
+        }
+    }
+}
+
 /// Lays out tracks: arrival order, one row each, or packed when `compact`.
 pub fn tracks(mut tracks: Vec<Track>, compact: bool, gap: Nanos) -> (Vec<Track>, u32) {
     tracks.sort_by(|a, b| (a.arrival_ns, &a.request_id).cmp(&(b.arrival_ns, &b.request_id)));
@@ -193,6 +232,40 @@ mod tests {
                 .max()
                 .unwrap_or(0);
             assert_eq!(used as usize, max_overlap, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn grids_fit_the_width_and_are_made_of_whole_cells() {
+        let day = 86_400 * 1_000_000_000;
+        for &r in &ROLLUP_NS {
+            assert_eq!(day % r, 0, "{r} does not divide a day");
+        }
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let from = 1_796_000_000_000_000_000 + (x >> 20) as Nanos % day;
+            // Windows from a millisecond to about three days.
+            let span = 1_000_000 + (x >> 7) as Nanos % (3 * day);
+            let width = 1 + (x >> 45) as u32 % 4000;
+            let to = from + span;
+            let g = grid(from, to, width);
+            let wanted = bucket_ns(from, to, width);
+            let buckets = (to - g.origin_ns + g.bucket_ns - 1) / g.bucket_ns;
+            assert!(buckets <= Nanos::from(width), "{g:?} {width}px");
+            assert!(g.origin_ns <= from && g.bucket_ns >= wanted, "{g:?}");
+            match g.rollup_ns {
+                None => assert!(wanted < 2 * ROLLUP_NS[0] && g.origin_ns == from),
+                Some(r) => {
+                    assert_eq!(g.origin_ns % r, 0);
+                    assert_eq!(g.bucket_ns % r, 0);
+                    assert!(g.bucket_ns < wanted + 2 * r, "{g:?} {wanted}");
+                    // A bounded number of cells is read per bucket.
+                    assert!(g.bucket_ns / r <= 21 || r == ROLLUP_NS[3], "{g:?}");
+                }
+            }
         }
     }
 

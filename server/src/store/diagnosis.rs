@@ -7,8 +7,13 @@ use app::analysis::diagnosis::{
 use app::analysis::metrics::request_metrics;
 use app::model::{Iteration, Nanos, RequestTrace};
 
+use std::collections::BTreeMap;
+
 use super::{REQUEST_LOOKBACK_NS, Store, batch_block, read::count, write::Detail};
 use crate::error::Result;
+
+/// Requests diagnosed together from one read of their surroundings (`GET /api/v1/diagnosis`).
+const PAGE: i64 = 256;
 
 impl Store {
     /// An instance's iterations that start within [from, to], with their batches, by start time.
@@ -75,30 +80,45 @@ impl Store {
             .collect()
     }
 
-    async fn diagnose_loaded(
+    /// Diagnoses requests of one instance (`traces` in arrival order) from one read of the
+    /// iterations and neighbours around all of them, instead of three queries per request.
+    async fn diagnose_together(
         &self,
-        trace: &RequestTrace,
         instance_id: i32,
+        traces: &[&RequestTrace],
         th: &Thresholds,
-    ) -> Result<Diagnosis> {
+    ) -> Result<Vec<Diagnosis>> {
+        let (Some(from), Some(to)) = (
+            traces.iter().map(|t| t.arrival_ns).min(),
+            traces.iter().map(|t| t.finished_ns).max(),
+        ) else {
+            return Ok(Vec::new());
+        };
+        // A second before arrival: the step that admitted the request may start just before it
+        // (engine and gateway clocks differ).
         let iterations = self
-            .iterations_between(
-                instance_id,
-                trace.arrival_ns - 1_000_000_000,
-                trace.finished_ns,
-            )
+            .iterations_between(instance_id, from - 1_000_000_000, to)
             .await?;
-        let others = self
-            .overlapping_requests(instance_id, trace.arrival_ns, trace.finished_ns)
-            .await?;
-        Ok(diagnose(
-            trace,
-            &Context {
-                iterations: &iterations,
-                others: &others,
-            },
-            th,
-        ))
+        let others = self.overlapping_requests(instance_id, from, to).await?;
+        Ok(traces
+            .iter()
+            .map(|t| {
+                // The iterations are sorted by start: each request reads its own slice.
+                let lo =
+                    iterations.partition_point(|it| it.start_ns < t.arrival_ns - 1_000_000_000);
+                let hi = iterations.partition_point(|it| it.start_ns <= t.finished_ns);
+                // Neighbours outside the request's lifetime are harmless: every rule looks only
+                // at prefill inside the request's own intervals.
+                diagnose(
+                    t,
+                    &Context {
+                        iterations: &iterations[lo..hi],
+                        others: &others,
+                    },
+                    th,
+                )
+            })
+            .collect())
     }
 
     pub async fn diagnose_request(
@@ -108,8 +128,10 @@ impl Store {
         th: &Thresholds,
     ) -> Result<Diagnosis> {
         let loaded = self.load_request(request_id, instance).await?;
-        self.diagnose_loaded(&loaded.trace, loaded.instance_id, th)
-            .await
+        let mut one = self
+            .diagnose_together(loaded.instance_id, &[&loaded.trace], th)
+            .await?;
+        Ok(one.remove(0))
     }
 
     /// The degraded requests among the first `limit` in a window, worst first.
@@ -121,35 +143,47 @@ impl Store {
         th: &Thresholds,
         limit: i64,
     ) -> Result<Vec<Diagnosis>> {
-        let filter = super::RequestFilter {
-            instance: instance.map(str::to_string),
-            from_ns: from,
-            to_ns: to,
-            order: "start".into(),
-            limit,
-            ..Default::default()
-        };
+        let window = (from.unwrap_or(Nanos::MIN), to.unwrap_or(Nanos::MAX));
         let mut out = Vec::new();
-        for s in self.list_requests(&filter).await? {
-            let loaded = self.load_request(&s.request_id, Some(&s.instance)).await?;
-            let d = self
-                .diagnose_loaded(&loaded.trace, loaded.instance_id, th)
+        let (mut after, mut left) = (None, limit);
+        // A page of neighbours in arrival order at a time: one read of their surroundings per
+        // instance, and memory bounded by a page's tokens rather than the whole window's.
+        while left > 0 {
+            let page = self
+                .load_window(instance, window, after.as_ref(), left.min(PAGE))
                 .await?;
-            if d.verdict == Verdict::Degraded {
-                let m = request_metrics(&loaded.trace);
-                let excess = [
-                    m.ttft_ns.map_or(0.0, |t| t as f64 / 1e6 / th.ttft_ms),
-                    m.tpot_ns.map_or(0.0, |t| t as f64 / 1e6 / th.tpot_ms),
-                ]
-                .into_iter()
-                .fold(0.0, f64::max);
-                let worst = d
-                    .findings
-                    .iter()
-                    .map(|f| f.severity)
-                    .max()
-                    .unwrap_or(Severity::Info);
-                out.push((worst, excess, d));
+            left -= page.len() as i64;
+            after = page
+                .last()
+                .map(|l| (l.trace.arrival_ns, l.trace.request_id.clone()));
+            let mut by_instance: BTreeMap<i32, Vec<&RequestTrace>> = BTreeMap::new();
+            for l in &page {
+                by_instance.entry(l.instance_id).or_default().push(&l.trace);
+            }
+            for (instance_id, traces) in by_instance {
+                let diagnoses = self.diagnose_together(instance_id, &traces, th).await?;
+                for (trace, d) in traces.into_iter().zip(diagnoses) {
+                    if d.verdict != Verdict::Degraded {
+                        continue;
+                    }
+                    let m = request_metrics(trace);
+                    let excess = [
+                        m.ttft_ns.map_or(0.0, |t| t as f64 / 1e6 / th.ttft_ms),
+                        m.tpot_ns.map_or(0.0, |t| t as f64 / 1e6 / th.tpot_ms),
+                    ]
+                    .into_iter()
+                    .fold(0.0, f64::max);
+                    let worst = d
+                        .findings
+                        .iter()
+                        .map(|f| f.severity)
+                        .max()
+                        .unwrap_or(Severity::Info);
+                    out.push((worst, excess, d));
+                }
+            }
+            if page.len() < PAGE as usize {
+                break;
             }
         }
         out.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));

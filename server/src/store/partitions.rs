@@ -1,4 +1,4 @@
-//! Daily time partitions of `requests` and `iterations`: created on demand, dropped for retention.
+//! Daily time partitions of `requests`, `iterations` and their rollups: created on demand, dropped for retention.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -10,7 +10,7 @@ use app::model::Nanos;
 use crate::error::Result;
 
 pub const DAY_NS: Nanos = 86_400 * 1_000_000_000;
-pub const TABLES: [&str; 2] = ["requests", "iterations"];
+pub const TABLES: [&str; 3] = ["requests", "iterations", "iteration_rollups"];
 
 /// Day number since the Unix epoch of an instant.
 pub fn day_of(t: Nanos) -> i64 {

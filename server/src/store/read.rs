@@ -20,6 +20,27 @@ pub struct Loaded {
     pub model: String,
 }
 
+/// A `requests` row with its instance and model, as the loaders select it.
+struct StoredRequest {
+    request_id: String,
+    instance_id: i32,
+    engine: String,
+    instance_key: String,
+    role: String,
+    model_id: i32,
+    model: String,
+    arrival_ns: Nanos,
+    finished_ns: Nanos,
+    prompt_tokens: i32,
+    output_tokens: i32,
+    cached_tokens: i32,
+    finish_reason: String,
+    trace_id: Option<Vec<u8>>,
+    parent_span_id: Option<Vec<u8>>,
+    detail: serde_json::Value,
+    tokens: Option<Vec<u8>>,
+}
+
 /// Filters of `GET /api/v1/requests`; `None` means "any".
 #[derive(Debug, Default, Clone)]
 pub struct RequestFilter {
@@ -88,7 +109,8 @@ impl Store {
 
     /// One stored request as the model, with where it ran.
     pub async fn load_request(&self, request_id: &str, instance: Option<&str>) -> Result<Loaded> {
-        let mut rows = sqlx::query!(
+        let mut rows = sqlx::query_as!(
+            StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
                       r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
@@ -119,6 +141,47 @@ impl Store {
                 )));
             }
         };
+        self.decode_request(row).await
+    }
+
+    /// A page of the stored requests of a window on one instance or all, oldest first: at most
+    /// `limit`, after the (arrival, request id) `after` when given (keyset paging).
+    pub async fn load_window(
+        &self,
+        instance: Option<&str>,
+        (from, to): (Nanos, Nanos),
+        after: Option<&(Nanos, String)>,
+        limit: i64,
+    ) -> Result<Vec<Loaded>> {
+        let rows = sqlx::query_as!(
+            StoredRequest,
+            r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
+                      r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
+                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               WHERE ($1::text IS NULL OR i.instance_key = $1) AND r.arrival_ns >= $2 AND r.arrival_ns < $3
+                 AND ($4::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($4, $5::text))
+               ORDER BY r.arrival_ns, r.request_id
+               LIMIT $6"#,
+            instance,
+            from,
+            to,
+            after.map(|a| a.0),
+            after.map(|a| a.1.as_str()),
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(self.decode_request(row).await?);
+        }
+        Ok(out)
+    }
+
+    /// A stored row as the model: the detail applied, the token block decoded, texts from the
+    /// model's vocabulary filled in.
+    async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
         let detail = Detail::parse(row.detail)?;
         let tokens = match &row.tokens {
             None => Vec::new(),

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use app::analysis::metrics::request_metrics;
+use app::analysis::waterfall::ROLLUP_NS;
 use app::model::{
     KvTransfer, Nanos, Phase, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams,
     unhex,
@@ -120,13 +121,15 @@ impl Store {
                 requests.iter().map(|r| day_of(r.arrival_ns)),
             )
             .await?;
-        parts
-            .ensure(
-                &self.pool,
-                "iterations",
-                batch.iterations.iter().map(|i| day_of(i.value.start_ns)),
-            )
-            .await?;
+        for table in ["iterations", "iteration_rollups"] {
+            parts
+                .ensure(
+                    &self.pool,
+                    table,
+                    batch.iterations.iter().map(|i| day_of(i.value.start_ns)),
+                )
+                .await?;
+        }
 
         let mut rows = RequestRows::default();
         for r in &requests {
@@ -186,12 +189,30 @@ impl Store {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        let iterations = sqlx::query!(
-            r#"INSERT INTO iterations (instance_id, iteration_id, start_ns, end_ns, running, waiting, kv_cache_usage,
-                   batch_size, prefill_tokens, decode_tokens, batch)
-               SELECT $1::int, * FROM UNNEST($2::bigint[], $3::bigint[], $4::bigint[], $5::int[], $6::int[],
-                   $7::real[], $8::int[], $9::int[], $10::int[], $11::bytea[])
-               ON CONFLICT DO NOTHING"#,
+        // The rollups sum only the rows this statement inserted (RETURNING skips conflicts), so a
+        // resent iteration is never counted twice; the instance lock above orders the upserts.
+        let iterations = sqlx::query_scalar!(
+            r#"WITH inserted AS (
+                   INSERT INTO iterations (instance_id, iteration_id, start_ns, end_ns, running, waiting,
+                       kv_cache_usage, batch_size, prefill_tokens, decode_tokens, batch)
+                   SELECT $1::int, * FROM UNNEST($2::bigint[], $3::bigint[], $4::bigint[], $5::int[], $6::int[],
+                       $7::real[], $8::int[], $9::int[], $10::int[], $11::bytea[])
+                   ON CONFLICT DO NOTHING
+                   RETURNING start_ns, end_ns, prefill_tokens, decode_tokens, batch_size
+               ), rolled AS (
+                   INSERT INTO iteration_rollups AS r (instance_id, resolution_ns, cell_ns, steps, end_ns,
+                       prefill_tokens, decode_tokens, max_batch_size)
+                   SELECT $1::int, res, start_ns / res * res, count(*), max(end_ns), sum(prefill_tokens),
+                       sum(decode_tokens), max(batch_size)
+                   FROM inserted CROSS JOIN UNNEST($12::bigint[]) AS res
+                   GROUP BY res, start_ns / res * res
+                   ON CONFLICT (instance_id, resolution_ns, cell_ns) DO UPDATE SET
+                       steps = r.steps + EXCLUDED.steps, end_ns = GREATEST(r.end_ns, EXCLUDED.end_ns),
+                       prefill_tokens = r.prefill_tokens + EXCLUDED.prefill_tokens,
+                       decode_tokens = r.decode_tokens + EXCLUDED.decode_tokens,
+                       max_batch_size = GREATEST(r.max_batch_size, EXCLUDED.max_batch_size)
+               )
+               SELECT count(*) AS "inserted!" FROM inserted"#,
             instance_id,
             &its.iteration_id,
             &its.start_ns,
@@ -203,10 +224,10 @@ impl Store {
             &its.prefill_tokens,
             &its.decode_tokens,
             &its.batch,
+            &ROLLUP_NS,
         )
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        .fetch_one(&mut *tx)
+        .await? as u64;
         tx.commit().await?;
         Ok(Stored {
             accepted_requests: inserted,
