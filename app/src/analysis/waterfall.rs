@@ -164,6 +164,39 @@ pub fn grid(from: Nanos, to: Nanos, width_px: u32) -> Grid {
     }
 }
 
+/// A track's segments as pixels `px_ns` wide can show them. Neighbours of one kind less than a
+/// pixel apart merge when either is narrower than a pixel (a run of small prefill chunks becomes
+/// one block; chunks wide enough to see stay apart); what is still narrower than a pixel is
+/// dropped, unless nothing would be left, when the longest stays so that every track keeps its
+/// colour. At low zoom this is most of a reply's bytes; at high zoom it changes nothing.
+pub fn visible_segments(segments: Vec<Stage>, px_ns: Nanos) -> Vec<Stage> {
+    let width = |s: &Stage| s.end_ns - s.start_ns;
+    let mut merged: Vec<Stage> = Vec::with_capacity(segments.len());
+    for s in segments {
+        match merged.last_mut() {
+            Some(m)
+                if m.kind == s.kind
+                    && s.start_ns - m.end_ns < px_ns
+                    && (width(m) < px_ns || width(&s) < px_ns) =>
+            {
+                m.end_ns = m.end_ns.max(s.end_ns);
+                m.tokens = match (m.tokens, s.tokens) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+                };
+                m.iteration = None;
+            }
+            _ => merged.push(s),
+        }
+    }
+    let longest = merged.iter().max_by_key(|s| width(s)).cloned();
+    merged.retain(|s| width(s) >= px_ns);
+    if merged.is_empty() {
+        merged.extend(longest);
+    }
+    merged
+}
+
 /// Lays out tracks: arrival order, one row each, or packed when `compact`.
 pub fn tracks(mut tracks: Vec<Track>, compact: bool, gap: Nanos) -> (Vec<Track>, u32) {
     tracks.sort_by(|a, b| (a.arrival_ns, &a.request_id).cmp(&(b.arrival_ns, &b.request_id)));
@@ -266,6 +299,46 @@ mod tests {
                     assert!(g.bucket_ns / r <= 21 || r == ROLLUP_NS[3], "{g:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn visible_segments_are_a_pixel_wide_and_change_nothing_at_full_zoom() {
+        use crate::api::StageKind;
+        let kinds = [
+            StageKind::Queued,
+            StageKind::Prefill,
+            StageKind::Prefill,
+            StageKind::Decode,
+            StageKind::Preempted,
+        ];
+        for seed in 0..300 {
+            let mut segs: Vec<Stage> = intervals(seed, 1 + seed as usize % 12)
+                .into_iter()
+                .enumerate()
+                .map(|(k, (s, e))| Stage {
+                    kind: kinds[k % kinds.len()],
+                    start_ns: s,
+                    end_ns: e,
+                    tokens: Some(k as u32),
+                    iteration: Some(k as u64),
+                })
+                .collect();
+            segs.sort_by_key(|s| (s.start_ns, s.end_ns));
+            // One nanosecond per pixel: every segment is visible, nothing merges.
+            assert_eq!(visible_segments(segs.clone(), 1), segs, "seed {seed}");
+            let px = 1 + (seed as Nanos * 13) % 700;
+            let out = visible_segments(segs.clone(), px);
+            assert!(!out.is_empty() && out.len() <= segs.len(), "seed {seed}");
+            assert!(
+                out.len() == 1 || out.iter().all(|s| s.end_ns - s.start_ns >= px),
+                "seed {seed}: {out:?}"
+            );
+            // Merging never invents time or tokens.
+            let tokens = |v: &[Stage]| v.iter().filter_map(|s| s.tokens).sum::<u32>();
+            assert!(tokens(&out) <= tokens(&segs));
+            let (lo, hi) = (segs[0].start_ns, segs.iter().map(|s| s.end_ns).max().unwrap());
+            assert!(out.iter().all(|s| s.start_ns >= lo && s.end_ns <= hi));
         }
     }
 

@@ -100,7 +100,10 @@ impl Store {
             Detail::parse(r.detail)?.apply(&mut trace);
             // Tokens are not read here; the first token's time is in the stored TTFT.
             trace.first_token_ns = trace.first_token_ns.or(r.ttft_ns.map(|t| r.arrival_ns + t));
-            segments.insert(trace.request_id.clone(), stages(&trace));
+            segments.insert(
+                trace.request_id.clone(),
+                waterfall::visible_segments(stages(&trace), gap),
+            );
         }
         let tracks: Vec<Track> = visible
             .into_iter()
