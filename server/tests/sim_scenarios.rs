@@ -184,6 +184,20 @@ async fn waterfall_has_a_track_per_request_and_a_bounded_iteration_lane() {
     assert!(buckets.len() <= 100, "{} buckets", buckets.len());
     let total: u64 = buckets.iter().map(|b| b["steps"].as_u64().unwrap()).sum();
     assert_eq!(total as usize, steps, "buckets account for every step");
+    // At 200 ms a pixel short requests are drawn from their phase times, long ones in full;
+    // either way every track keeps at least one segment, none narrower than a pixel.
+    for t in narrow["tracks"].as_array().unwrap() {
+        let segs = t["segments"].as_array().unwrap();
+        assert!(!segs.is_empty(), "{t}");
+        if segs.len() > 1 {
+            assert!(
+                segs.iter().all(|s| s["end_ns"].as_i64().unwrap()
+                    - s["start_ns"].as_i64().unwrap()
+                    >= 200_000_000),
+                "{t}"
+            );
+        }
+    }
     // Rows are virtualized: a viewport's worth of tracks, with the total for the scrollbar.
     let page = app
         .get_json(&format!(

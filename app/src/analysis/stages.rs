@@ -1,7 +1,7 @@
 //! Turns a request's stage timestamps into the ordered bars of its timeline.
 
 use crate::api::{Stage, StageKind};
-use crate::model::RequestTrace;
+use crate::model::{Nanos, RequestTrace};
 
 pub fn stages(r: &RequestTrace) -> Vec<Stage> {
     let mut out = Vec::new();
@@ -51,4 +51,84 @@ pub fn stages(r: &RequestTrace) -> Vec<Stage> {
     }
     out.sort_by_key(|s| (s.start_ns, s.end_ns));
     out
+}
+
+/// The bars of a request known only by its stored phase times: queued, one prefill block up to
+/// the first token, decode. For tracks too narrow to show chunks, preemptions or a KV transfer,
+/// where reading the full stage record would cost more than the pixels can show.
+pub fn coarse_stages(
+    arrival_ns: Nanos,
+    finished_ns: Nanos,
+    queue_ns: Option<Nanos>,
+    ttft_ns: Option<Nanos>,
+) -> Vec<Stage> {
+    let bar = |kind, start_ns, end_ns| Stage {
+        kind,
+        start_ns,
+        end_ns,
+        tokens: None,
+        iteration: None,
+    };
+    let scheduled = arrival_ns + queue_ns.unwrap_or(0).max(0);
+    let first_token = ttft_ns.map(|t| arrival_ns + t);
+    let mut out = Vec::new();
+    if scheduled > arrival_ns {
+        out.push(bar(StageKind::Queued, arrival_ns, scheduled));
+    }
+    match first_token {
+        Some(ft) => {
+            if ft > scheduled {
+                out.push(bar(StageKind::Prefill, scheduled, ft));
+            }
+            out.push(bar(StageKind::Decode, ft, finished_ns));
+        }
+        None => out.push(bar(StageKind::Prefill, scheduled, finished_ns)),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::metrics::request_metrics;
+    use crate::model::PrefillChunk;
+
+    #[test]
+    fn coarse_bars_match_the_full_ones_for_a_one_chunk_request() {
+        let t0 = 1_700_000_000_000_000_000;
+        for (queue, prefill) in [(0, 30), (5, 30), (2_000, 1), (7, 0)] {
+            let ms = 1_000_000;
+            let scheduled = t0 + queue * ms;
+            let first_token = scheduled + prefill * ms;
+            let r = RequestTrace {
+                request_id: "r".into(),
+                arrival_ns: t0,
+                first_scheduled_ns: Some(scheduled),
+                prefill_chunks: vec![PrefillChunk {
+                    start_ns: scheduled,
+                    end_ns: first_token,
+                    tokens: 100,
+                    iteration: None,
+                }]
+                .into_iter()
+                .filter(|c| c.end_ns > c.start_ns)
+                .collect(),
+                first_token_ns: Some(first_token),
+                finished_ns: first_token + 500 * ms,
+                output_tokens: 50,
+                ..RequestTrace::default()
+            };
+            let m = request_metrics(&r);
+            let coarse = coarse_stages(r.arrival_ns, r.finished_ns, m.queue_ns, m.ttft_ns);
+            let full: Vec<(StageKind, Nanos, Nanos)> = stages(&r)
+                .into_iter()
+                .map(|s| (s.kind, s.start_ns, s.end_ns))
+                .collect();
+            let coarse: Vec<_> = coarse
+                .into_iter()
+                .map(|s| (s.kind, s.start_ns, s.end_ns))
+                .collect();
+            assert_eq!(coarse, full, "queue {queue} ms, prefill {prefill} ms");
+        }
+    }
 }

@@ -337,7 +337,10 @@ mod tests {
             // Merging never invents time or tokens.
             let tokens = |v: &[Stage]| v.iter().filter_map(|s| s.tokens).sum::<u32>();
             assert!(tokens(&out) <= tokens(&segs));
-            let (lo, hi) = (segs[0].start_ns, segs.iter().map(|s| s.end_ns).max().unwrap());
+            let (lo, hi) = (
+                segs[0].start_ns,
+                segs.iter().map(|s| s.end_ns).max().unwrap(),
+            );
             assert!(out.iter().all(|s| s.start_ns >= lo && s.end_ns <= hi));
         }
     }
