@@ -157,3 +157,35 @@ pub struct ImportReply {
 pub struct ErrorBody {
     pub error: String,
 }
+
+/// Latency over time (`GET /api/v1/latency`): the requests that arrived in each bucket of a
+/// window, their TTFT and TPOT percentiles and how many broke each SLO. Buckets without
+/// requests are left out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencySeries {
+    pub from_ns: Nanos,
+    pub to_ns: Nanos,
+    pub bucket_ns: Nanos,
+    pub ttft_slo_ms: f64,
+    pub tpot_slo_ms: f64,
+    pub buckets: Vec<LatencyBucket>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencyBucket {
+    pub start_ns: Nanos,
+    pub requests: u32,
+    /// `null` when no request of the bucket has a first token (or, for TPOT, a second one).
+    pub ttft_ms: Option<Percentiles>,
+    pub tpot_ms: Option<Percentiles>,
+    pub ttft_over_slo: u32,
+    pub tpot_over_slo: u32,
+}
+
+/// Nearest-rank percentiles: each is a latency some request actually had.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+}

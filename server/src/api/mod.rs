@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use app::analysis::diagnosis::{Diagnosis, Thresholds};
 use app::analysis::waterfall::Waterfall;
-use app::api::{InstanceList, RequestDetail, RequestList};
+use app::api::{InstanceList, LatencySeries, RequestDetail, RequestList};
 
 use crate::error::{Error, Result};
 use crate::ingest;
@@ -33,6 +33,7 @@ pub fn router(store: Store) -> Router {
         )
         .route("/api/v1/diagnosis", get(diagnose_window))
         .route("/api/v1/waterfall", get(waterfall))
+        .route("/api/v1/latency", get(latency))
         .route("/api/v1/instances", get(list_instances))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -292,6 +293,42 @@ async fn waterfall(
     Ok(Json(
         store
             .waterfall(&instance, from, to, width as u32, compact, view)
+            .await?,
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+struct LatencyParams {
+    #[serde(flatten)]
+    list: ListParams,
+    width_px: Option<String>,
+    ttft_ms: Option<String>,
+    tpot_ms: Option<String>,
+}
+
+/// `GET /api/v1/latency?instance=&engine=&model=&from=&to=&width_px=&ttft_ms=&tpot_ms=`:
+/// TTFT/TPOT percentiles and SLO breaches over time, a bucket per pixel at most.
+async fn latency(
+    State(store): State<Store>,
+    Query(p): Query<LatencyParams>,
+) -> Result<Json<LatencySeries>> {
+    let width = parse_int("width_px", p.width_px.as_deref())?.unwrap_or(600);
+    if !(1..=5_000).contains(&width) {
+        return Err(Error::InvalidArgument(format!(
+            "width_px={width} must be between 1 and 5000"
+        )));
+    }
+    // The SLOs are the diagnosis's, with the same defaults and checks.
+    let th = ThresholdParams {
+        ttft_ms: p.ttft_ms,
+        tpot_ms: p.tpot_ms,
+        ..ThresholdParams::default()
+    }
+    .thresholds()?;
+    let filter = p.list.into_filter()?;
+    Ok(Json(
+        store
+            .latency(&filter, width as u32, (th.ttft_ms, th.tpot_ms))
             .await?,
     ))
 }

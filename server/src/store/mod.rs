@@ -3,6 +3,7 @@
 mod batch_block;
 mod bytes;
 mod diagnosis;
+mod latency;
 mod partitions;
 mod read;
 pub mod token_block;

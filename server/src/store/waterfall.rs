@@ -148,8 +148,9 @@ impl Store {
     /// narrow window; every step instead when the buckets say they fit the width.
     async fn lane(&self, instance_id: i32, from: Nanos, to: Nanos, width_px: u32) -> Result<Lane> {
         let g = waterfall::grid(from, to, width_px);
-        let rows: Vec<Bucket> = match g.rollup_ns {
-            Some(resolution) => sqlx::query!(
+        let rows: Vec<BucketRow> = match g.rollup_ns {
+            Some(resolution) => sqlx::query_as!(
+                BucketRow,
                 r#"SELECT $3 + (cell_ns - $3) / $5 * $5 AS "start_ns!", max(end_ns) AS "end_ns!",
                           sum(steps)::int AS "steps!", sum(prefill_tokens)::bigint AS "prefill_tokens!",
                           sum(decode_tokens)::bigint AS "decode_tokens!", max(max_batch_size) AS "max_batch_size!"
@@ -163,12 +164,10 @@ impl Store {
                 g.bucket_ns
             )
             .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(|r| bucket(r.start_ns, r.end_ns, r.steps, r.prefill_tokens, r.decode_tokens, r.max_batch_size))
-            .collect(),
+            .await?,
             // A narrow window (under a few minutes): summing its raw steps is cheap.
-            None => sqlx::query!(
+            None => sqlx::query_as!(
+                BucketRow,
                 r#"SELECT $2 + (start_ns - $2) / $4 * $4 AS "start_ns!", max(end_ns) AS "end_ns!",
                           count(*)::int AS "steps!", sum(prefill_tokens)::bigint AS "prefill_tokens!",
                           sum(decode_tokens)::bigint AS "decode_tokens!", max(batch_size) AS "max_batch_size!"
@@ -180,13 +179,11 @@ impl Store {
                 g.bucket_ns
             )
             .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(|r| bucket(r.start_ns, r.end_ns, r.steps, r.prefill_tokens, r.decode_tokens, r.max_batch_size))
-            .collect(),
+            .await?,
         };
         // The buckets may count a few steps from before `from` (the first cell starts at or
         // before it), so this errs towards buckets, never towards an unbounded list.
+        let rows: Vec<Bucket> = rows.into_iter().map(Bucket::from).collect();
         let counted: u64 = rows.iter().map(|b| u64::from(b.steps)).sum();
         if counted > u64::from(width_px) {
             return Ok(Lane::Buckets {
@@ -217,21 +214,25 @@ impl Store {
     }
 }
 
-/// A bucket from SQL's signed sums (never negative: they add counts).
-fn bucket(
+/// A bucket as SQL sums it (signed types; never negative, since it adds counts).
+struct BucketRow {
     start_ns: Nanos,
     end_ns: Nanos,
     steps: i32,
-    prefill: i64,
-    decode: i64,
-    max_batch: i32,
-) -> Bucket {
-    Bucket {
-        start_ns,
-        end_ns,
-        steps: u32::try_from(steps).unwrap_or(0),
-        prefill_tokens: u64::try_from(prefill).unwrap_or(0),
-        decode_tokens: u64::try_from(decode).unwrap_or(0),
-        max_batch_size: u32::try_from(max_batch).unwrap_or(0),
+    prefill_tokens: i64,
+    decode_tokens: i64,
+    max_batch_size: i32,
+}
+
+impl From<BucketRow> for Bucket {
+    fn from(r: BucketRow) -> Self {
+        Bucket {
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            steps: u32::try_from(r.steps).unwrap_or(0),
+            prefill_tokens: u64::try_from(r.prefill_tokens).unwrap_or(0),
+            decode_tokens: u64::try_from(r.decode_tokens).unwrap_or(0),
+            max_batch_size: u32::try_from(r.max_batch_size).unwrap_or(0),
+        }
     }
 }

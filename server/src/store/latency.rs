@@ -1,0 +1,98 @@
+//! Reads latency over time: per-bucket TTFT/TPOT percentiles and SLO breaches, computed where the
+//! data is from the per-request columns derived at ingest (no token block is read).
+
+use app::api::{LatencyBucket, LatencySeries, Percentiles};
+use app::model::{Nanos, ms};
+
+use super::{RequestFilter, Store};
+use crate::error::{Error, Result};
+
+/// Without a window: the hour before the newest request that matches.
+const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
+
+impl Store {
+    /// `f`'s instance, engine, model and window; its order and limit do not apply.
+    pub async fn latency(
+        &self,
+        f: &RequestFilter,
+        width_px: u32,
+        (ttft_slo_ms, tpot_slo_ms): (f64, f64),
+    ) -> Result<LatencySeries> {
+        let to = match f.to_ns {
+            Some(to) => to,
+            None => {
+                sqlx::query_scalar!(
+                    r#"SELECT max(r.arrival_ns) + 1 AS newest
+                       FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+                       WHERE ($1::text IS NULL OR i.instance_key = $1) AND ($2::text IS NULL OR i.engine = $2)
+                         AND ($3::text IS NULL OR m.name = $3)"#,
+                    f.instance,
+                    f.engine,
+                    f.model,
+                )
+                .fetch_one(&self.pool)
+                .await?
+                .unwrap_or_else(crate::clock::now_ns)
+            }
+        };
+        let from = f.from_ns.unwrap_or(to - DEFAULT_WINDOW_NS);
+        if from >= to {
+            return Err(Error::InvalidArgument(format!(
+                "from={from} must be before to={to}"
+            )));
+        }
+        let bucket = app::analysis::waterfall::bucket_ns(from, to, width_px);
+        let slo_ns = |slo_ms: f64| (slo_ms * 1e6) as Nanos;
+        let rows = sqlx::query!(
+            r#"SELECT (r.arrival_ns - $4) / $6 AS "k!", count(*)::int AS "requests!",
+                      percentile_disc(0.5) WITHIN GROUP (ORDER BY r.ttft_ns) AS ttft_p50,
+                      percentile_disc(0.9) WITHIN GROUP (ORDER BY r.ttft_ns) AS ttft_p90,
+                      percentile_disc(0.99) WITHIN GROUP (ORDER BY r.ttft_ns) AS ttft_p99,
+                      percentile_disc(0.5) WITHIN GROUP (ORDER BY r.tpot_ns) AS tpot_p50,
+                      percentile_disc(0.9) WITHIN GROUP (ORDER BY r.tpot_ns) AS tpot_p90,
+                      percentile_disc(0.99) WITHIN GROUP (ORDER BY r.tpot_ns) AS tpot_p99,
+                      count(*) FILTER (WHERE r.ttft_ns > $7)::int AS "ttft_over!",
+                      count(*) FILTER (WHERE r.tpot_ns > $8)::int AS "tpot_over!"
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               WHERE ($1::text IS NULL OR i.instance_key = $1) AND ($2::text IS NULL OR i.engine = $2)
+                 AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+               GROUP BY 1 ORDER BY 1"#,
+            f.instance,
+            f.engine,
+            f.model,
+            from,
+            to,
+            bucket,
+            slo_ns(ttft_slo_ms),
+            slo_ns(tpot_slo_ms),
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let percentiles = |p50: Option<Nanos>, p90: Option<Nanos>, p99: Option<Nanos>| {
+            Some(Percentiles {
+                p50: ms(p50?),
+                p90: ms(p90?),
+                p99: ms(p99?),
+            })
+        };
+        let count = |v: i32| u32::try_from(v).unwrap_or(0);
+        Ok(LatencySeries {
+            from_ns: from,
+            to_ns: to,
+            bucket_ns: bucket,
+            ttft_slo_ms,
+            tpot_slo_ms,
+            buckets: rows
+                .into_iter()
+                .map(|r| LatencyBucket {
+                    start_ns: from + r.k * bucket,
+                    requests: count(r.requests),
+                    ttft_ms: percentiles(r.ttft_p50, r.ttft_p90, r.ttft_p99),
+                    tpot_ms: percentiles(r.tpot_p50, r.tpot_p90, r.tpot_p99),
+                    ttft_over_slo: count(r.ttft_over),
+                    tpot_over_slo: count(r.tpot_over),
+                })
+                .collect(),
+        })
+    }
+}
