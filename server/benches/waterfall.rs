@@ -90,6 +90,18 @@ async fn main() {
     }
     println!("  (500 visible rows per reply; the lane is at most 1,200 steps or buckets)");
 
+    // The explorer's chart: TTFT/TPOT percentiles over the window, 600 buckets.
+    let url = format!(
+        "http://{}/api/v1/latency?instance=bench-gpu&from={start}&to={end}&width_px=600",
+        running.http_addr
+    );
+    measure(
+        client,
+        "latency percentiles, 600 buckets",
+        &vec![url; QUERIES],
+    )
+    .await;
+
     // The window's diagnosis reads its requests' tokens and surroundings page by page.
     let url = format!(
         "http://{}/api/v1/diagnosis?instance=bench-gpu&from={start}&to={end}&limit=5000",
