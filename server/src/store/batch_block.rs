@@ -1,39 +1,76 @@
 //! Encoding of an iteration's batch entries (which requests ran, in which phase, how many tokens).
+//!
+//! Version 2 names each request by its key in `request_keys` (a varint) rather than by its id
+//! text: a batch may hold hundreds of requests every step and engine ids run to 40 bytes, so the
+//! text would cost more than the tokens themselves. Version 1 rows (ids inline) still decode.
+
+use std::collections::HashMap;
 
 use app::model::{BatchEntry, Phase};
 
 use super::bytes::{Reader, Writer};
 use crate::error::{Error, Result};
 
-const VERSION: u8 = 1;
+const V1_IDS: u8 = 1;
+const V2_KEYS: u8 = 2;
 
-pub fn encode(batch: &[BatchEntry]) -> Vec<u8> {
+/// How a stored entry names its request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Who {
+    Key(i64),
+    Id(String),
+}
+
+/// A batch entry as stored, before its request key is looked up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub who: Who,
+    pub phase: Phase,
+    pub tokens: u32,
+    pub prefill_offset: u32,
+}
+
+/// Encodes a batch whose request ids all have keys in `keys` (the writer resolved them first).
+pub fn encode(batch: &[BatchEntry], keys: &HashMap<String, i64>) -> Result<Vec<u8>> {
     let mut w = Writer::default();
-    w.u8(VERSION);
+    w.u8(V2_KEYS);
     w.varint(batch.len() as u64);
     for e in batch {
-        w.str(&e.request_id);
-        w.u8(match e.phase {
-            Phase::Prefill => 1,
-            Phase::Decode => 2,
-        });
+        let key = keys
+            .get(&e.request_id)
+            .ok_or_else(|| Error::Internal(format!("no request key for {:?}", e.request_id)))?;
+        w.varint(*key as u64);
+        w.u8(phase_code(e.phase));
         w.varint(e.tokens.into());
         w.varint(e.prefill_offset.into());
     }
-    w.buf
+    Ok(w.buf)
 }
 
-pub fn decode(block: &[u8]) -> Result<Vec<BatchEntry>> {
+fn phase_code(p: Phase) -> u8 {
+    match p {
+        Phase::Prefill => 1,
+        Phase::Decode => 2,
+    }
+}
+
+pub fn decode(block: &[u8]) -> Result<Vec<Stored>> {
     let corrupt = || Error::Internal("stored iteration batch is corrupt".into());
     let mut r = Reader::new(block, "iteration batch");
-    if r.u8()? != VERSION {
+    let version = r.u8()?;
+    if version != V1_IDS && version != V2_KEYS {
         return Err(corrupt());
     }
     let n = r.varint()? as usize;
     let mut out = Vec::with_capacity(n.min(4096));
     for _ in 0..n {
-        out.push(BatchEntry {
-            request_id: r.str()?,
+        let who = if version == V2_KEYS {
+            Who::Key(i64::try_from(r.varint()?).map_err(|_| corrupt())?)
+        } else {
+            Who::Id(r.str()?)
+        };
+        out.push(Stored {
+            who,
             phase: match r.u8()? {
                 1 => Phase::Prefill,
                 2 => Phase::Decode,
@@ -46,15 +83,44 @@ pub fn decode(block: &[u8]) -> Result<Vec<BatchEntry>> {
     Ok(out)
 }
 
+/// The keys an entry list needs looked up.
+pub fn keys<'a>(entries: impl IntoIterator<Item = &'a Stored>) -> impl Iterator<Item = i64> {
+    entries.into_iter().filter_map(|e| match e.who {
+        Who::Key(k) => Some(k),
+        Who::Id(_) => None,
+    })
+}
+
+/// The entries with their request ids, from the keys' ids.
+pub fn resolve(entries: Vec<Stored>, ids: &HashMap<i64, String>) -> Result<Vec<BatchEntry>> {
+    entries
+        .into_iter()
+        .map(|e| {
+            let request_id = match e.who {
+                Who::Id(id) => id,
+                Who::Key(k) => ids
+                    .get(&k)
+                    .cloned()
+                    .ok_or_else(|| Error::Internal(format!("request key {k} is missing")))?,
+            };
+            Ok(BatchEntry {
+                request_id,
+                phase: e.phase,
+                tokens: e.tokens,
+                prefill_offset: e.prefill_offset,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn round_trips() {
-        let batch = vec![
+    fn batch() -> Vec<BatchEntry> {
+        vec![
             BatchEntry {
-                request_id: "a".into(),
+                request_id: "cmpl-5f0c3b1e9a7d4c2b8e6f1a0d3c5b7e9f-0".into(),
                 phase: Phase::Prefill,
                 tokens: 2048,
                 prefill_offset: 4096,
@@ -65,8 +131,44 @@ mod tests {
                 tokens: 1,
                 prefill_offset: 0,
             },
-        ];
-        assert_eq!(decode(&encode(&batch)).unwrap(), batch);
-        assert!(decode(&encode(&batch)[..5]).is_err());
+        ]
+    }
+
+    #[test]
+    fn round_trips_through_keys() {
+        let batch = batch();
+        let keys: HashMap<String, i64> = [(batch[0].request_id.clone(), 7), ("b".into(), 300)]
+            .into_iter()
+            .collect();
+        let block = encode(&batch, &keys).unwrap();
+        // Version, count, then 6 + 5 bytes of entries: the 39-byte id became a one-byte key.
+        assert_eq!(block.len(), 13);
+        let stored = decode(&block).unwrap();
+        assert_eq!(super::keys(&stored).collect::<Vec<_>>(), [7, 300]);
+        let ids = keys_to_ids(&keys);
+        assert_eq!(resolve(stored.clone(), &ids).unwrap(), batch);
+        assert!(resolve(stored, &HashMap::new()).is_err(), "unknown key");
+        assert!(decode(&block[..5]).is_err());
+        assert!(encode(&batch, &HashMap::new()).is_err(), "id without a key");
+    }
+
+    fn keys_to_ids(keys: &HashMap<String, i64>) -> HashMap<i64, String> {
+        keys.iter().map(|(id, k)| (*k, id.clone())).collect()
+    }
+
+    #[test]
+    fn version_1_rows_still_decode() {
+        // As the first release wrote them: ids inline.
+        let mut w = Writer::default();
+        w.u8(V1_IDS);
+        w.varint(1);
+        w.str("a");
+        w.u8(2);
+        w.varint(1);
+        w.varint(0);
+        let stored = decode(&w.buf).unwrap();
+        let entries = resolve(stored, &HashMap::new()).unwrap();
+        assert_eq!(entries[0].request_id, "a");
+        assert_eq!(entries[0].phase, Phase::Decode);
     }
 }

@@ -32,13 +32,21 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
+        let batches = rows
+            .iter()
+            .map(|r| batch_block::decode(&r.batch))
+            .collect::<Result<Vec<_>>>()?;
+        let ids = self
+            .request_ids(batch_block::keys(batches.iter().flatten()))
+            .await?;
         rows.into_iter()
-            .map(|r| {
+            .zip(batches)
+            .map(|(r, batch)| {
                 Ok(Iteration {
                     iteration_id: r.iteration_id as u64,
                     start_ns: r.start_ns,
                     end_ns: r.end_ns,
-                    batch: batch_block::decode(&r.batch)?,
+                    batch: batch_block::resolve(batch, &ids)?,
                     running: count(r.running),
                     waiting: count(r.waiting),
                     kv_cache_usage: r.kv_cache_usage,

@@ -7,7 +7,9 @@ use app::analysis::{
 use app::api::{InstanceInfo, RequestDetail, RequestSummary};
 use app::model::{EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
 
-use super::{Store, token_block, write::Detail};
+use std::collections::HashMap;
+
+use super::{Store, batch_block, token_block, write::Detail};
 use crate::error::{Error, Result};
 
 /// A stored request and the instance it ran on.
@@ -291,28 +293,60 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter()
+        // Only steps that ran a prefill name requests; decode-only steps stay empty.
+        let prefills = rows
+            .iter()
             .map(|row| {
-                // Only steps that ran a prefill name requests; decode-only steps stay empty.
-                let prefill_requests = if row.prefill_tokens > 0 {
-                    super::batch_block::decode(&row.batch)?
-                        .into_iter()
-                        .filter(|e| e.phase == app::model::Phase::Prefill)
-                        .map(|e| e.request_id)
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                if row.prefill_tokens == 0 {
+                    return Ok(Vec::new());
+                }
+                Ok(batch_block::decode(&row.batch)?
+                    .into_iter()
+                    .filter(|e| e.phase == app::model::Phase::Prefill)
+                    .collect())
+            })
+            .collect::<Result<Vec<Vec<_>>>>()?;
+        let ids = self
+            .request_ids(batch_block::keys(prefills.iter().flatten()))
+            .await?;
+        rows.into_iter()
+            .zip(prefills)
+            .map(|(row, prefill)| {
                 Ok(StepLoad {
                     iteration_id: row.iteration_id as u64,
                     batch_size: count(row.batch_size),
                     waiting: count(row.waiting),
                     prefill_tokens: count(row.prefill_tokens),
                     decode_tokens: count(row.decode_tokens),
-                    prefill_requests,
+                    prefill_requests: batch_block::resolve(prefill, &ids)?
+                        .into_iter()
+                        .map(|e| e.request_id)
+                        .collect(),
                 })
             })
             .collect()
+    }
+
+    /// The request ids of batch entries' keys.
+    pub(super) async fn request_ids(
+        &self,
+        keys: impl Iterator<Item = i64>,
+    ) -> Result<HashMap<i64, String>> {
+        let mut keys: Vec<i64> = keys.collect();
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(sqlx::query!(
+            "SELECT key, request_id FROM request_keys WHERE key = ANY($1)",
+            &keys
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .map(|r| (r.key, r.request_id))
+        .collect())
     }
 
     pub async fn list_instances(&self) -> Result<Vec<InstanceInfo>> {

@@ -1,6 +1,6 @@
 //! The write path: one transaction per batch, committed before the batch is acknowledged.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -135,7 +135,6 @@ impl Store {
         for r in &requests {
             rows.push(r, |id| vocab.get(&id).map(|s| &**s));
         }
-        let its = IterationRows::from(batch);
         let (first_seen, last_seen) = seen_range(batch);
 
         let mut tx = self.pool.begin().await?;
@@ -149,6 +148,8 @@ impl Store {
         )
         .execute(&mut *tx)
         .await?;
+        let keys = request_keys(&mut tx, instance_id, batch).await?;
+        let its = IterationRows::new(batch, &keys)?;
         let existing: HashSet<String> = sqlx::query_scalar!(
             "SELECT request_id FROM requests WHERE instance_id = $1 AND request_id = ANY($2)",
             instance_id,
@@ -384,11 +385,11 @@ struct IterationRows {
     batch: Vec<Vec<u8>>,
 }
 
-impl From<&ResourceBatch> for IterationRows {
-    fn from(b: &ResourceBatch) -> Self {
+impl IterationRows {
+    fn new(b: &ResourceBatch, keys: &HashMap<String, i64>) -> Result<Self> {
         let its = || b.iterations.iter().map(|i| &i.value);
         let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
-        Self {
+        Ok(Self {
             iteration_id: its().map(|i| i.iteration_id as i64).collect(),
             start_ns: its().map(|i| i.start_ns).collect(),
             end_ns: its().map(|i| i.end_ns).collect(),
@@ -398,7 +399,49 @@ impl From<&ResourceBatch> for IterationRows {
             batch_size: its().map(|i| int(i.batch.len() as u32)).collect(),
             prefill_tokens: its().map(|i| int(i.tokens_in(Phase::Prefill))).collect(),
             decode_tokens: its().map(|i| int(i.tokens_in(Phase::Decode))).collect(),
-            batch: its().map(|i| batch_block::encode(&i.batch)).collect(),
-        }
+            batch: its()
+                .map(|i| batch_block::encode(&i.batch, keys))
+                .collect::<Result<_>>()?,
+        })
     }
+}
+
+/// Keys (`request_keys`) of every request the batch's iterations name, handed out for the new
+/// ones. Runs under the instance's lock, so two writers never race for one id.
+async fn request_keys(
+    tx: &mut sqlx::PgConnection,
+    instance_id: i32,
+    batch: &ResourceBatch,
+) -> Result<HashMap<String, i64>> {
+    let mut names: Vec<&str> = batch
+        .iterations
+        .iter()
+        .flat_map(|i| &i.value.batch)
+        .map(|e| e.request_id.as_str())
+        .collect();
+    if names.is_empty() {
+        return Ok(HashMap::new());
+    }
+    names.sort_unstable();
+    names.dedup();
+    // The final SELECT sees the table as it was before this statement, so new keys come from
+    // RETURNING and old ones from the join: each id exactly once.
+    let rows = sqlx::query!(
+        r#"WITH wanted AS (SELECT unnest($2::text[]) AS request_id),
+           added AS (
+               INSERT INTO request_keys (instance_id, request_id)
+               SELECT $1, request_id FROM wanted
+               ON CONFLICT DO NOTHING
+               RETURNING key, request_id
+           )
+           SELECT key AS "key!", request_id AS "request_id!" FROM added
+           UNION ALL
+           SELECT k.key, k.request_id FROM wanted w
+           JOIN request_keys k ON k.instance_id = $1 AND k.request_id = w.request_id"#,
+        instance_id,
+        &names as &[&str]
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.request_id, r.key)).collect())
 }
