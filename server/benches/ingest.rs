@@ -31,8 +31,14 @@ fn batch(b: usize) -> v1::ExportRequest {
             let n = b * REQUESTS_PER_BATCH + i;
             let arrival = T0 + n as i64 * 37_000_000;
             let first_iteration = (n / GROUP) as u64 * 1000;
+            // Shaped like vLLM's ids ("cmpl-" + 32 hex digits + "-0"): their length is what
+            // iteration batches would pay for every member of every step.
+            let id = format!(
+                "cmpl-{:032x}-0",
+                (n as u128 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+            );
             fixtures::request(
-                &format!("bench-{n}"),
+                &id,
                 arrival,
                 TOKENS_PER_REQUEST,
                 TOP_K,
@@ -133,6 +139,7 @@ async fn end_to_end() {
     let mut conn = PgConnection::connect(&database_url).await.unwrap();
     let table_bytes = relation_bytes(&mut conn, "requests").await;
     let iteration_bytes = relation_bytes(&mut conn, "iterations").await;
+    let key_bytes = relation_bytes(&mut conn, "request_keys").await;
     assert_eq!(stored_tokens as f64, tokens);
     println!(
         "end-to-end ingest over gRPC into Postgres ({CONCURRENCY} concurrent clients, client + server + Postgres on this machine):"
@@ -162,6 +169,10 @@ async fn end_to_end() {
         "  iterations table      {:>10.0} bytes/iteration (batch of {GROUP}; {:.2} bytes/token)",
         iteration_bytes as f64 / iterations,
         iteration_bytes as f64 / tokens
+    );
+    println!(
+        "  request keys          {:>10.0} bytes/request (the ids iteration batches refer to)",
+        key_bytes as f64 / (BATCHES * REQUESTS_PER_BATCH) as f64
     );
 }
 

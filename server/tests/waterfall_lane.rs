@@ -7,6 +7,7 @@ mod common;
 use app::analysis::waterfall::{Lane, Step, bucketize, grid};
 use app::model::Phase;
 use common::*;
+use sqlx::Connection;
 use tokenscope::sim;
 
 #[tokio::test]
@@ -42,6 +43,18 @@ async fn lane_buckets_equal_the_raw_steps_bucketed_on_the_same_grid() {
         .await
         .unwrap();
     }
+    // Batches name requests by key: one key per request, however many deliveries named it.
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    let (keys, named): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT (instance_id, request_id)) FROM request_keys",
+    )
+    .fetch_one(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(keys, named);
+    assert_eq!(keys as usize, run.output.requests.len());
     let end = steps.last().unwrap().start_ns + 1;
     let s = 1_000_000_000;
     // (from, to, width, the rollup the grid should read)

@@ -1,4 +1,4 @@
-//! Daily time partitions of `requests`, `iterations` and their rollups: created on demand, dropped for retention.
+//! Daily time partitions of `requests`, `iterations`, their rollups and request keys: created on demand, dropped for retention.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -10,7 +10,12 @@ use app::model::Nanos;
 use crate::error::Result;
 
 pub const DAY_NS: Nanos = 86_400 * 1_000_000_000;
-pub const TABLES: [&str; 3] = ["requests", "iterations", "iteration_rollups"];
+pub const TABLES: [&str; 4] = [
+    "requests",
+    "iterations",
+    "iteration_rollups",
+    "request_keys",
+];
 
 /// Day number since the Unix epoch of an instant.
 pub fn day_of(t: Nanos) -> i64 {
@@ -102,7 +107,10 @@ impl Partitions {
                 let Some(day) = parse_day(table, &name) else {
                     continue;
                 };
-                if (day + 1) * DAY_NS <= cutoff_ns {
+                // Keys outlive their day by one more: a request that runs across the cut is
+                // still named by iterations that are kept.
+                let grace = if table == "request_keys" { DAY_NS } else { 0 };
+                if (day + 1) * DAY_NS + grace <= cutoff_ns {
                     sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {name}")))
                         .execute(pool)
                         .await?;

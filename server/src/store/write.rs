@@ -121,7 +121,7 @@ impl Store {
                 requests.iter().map(|r| day_of(r.arrival_ns)),
             )
             .await?;
-        for table in ["iterations", "iteration_rollups"] {
+        for table in ["iterations", "iteration_rollups", "request_keys"] {
             parts
                 .ensure(
                     &self.pool,
@@ -413,33 +413,38 @@ async fn request_keys(
     instance_id: i32,
     batch: &ResourceBatch,
 ) -> Result<HashMap<String, i64>> {
-    let mut names: Vec<&str> = batch
-        .iterations
-        .iter()
-        .flat_map(|i| &i.value.batch)
-        .map(|e| e.request_id.as_str())
-        .collect();
-    if names.is_empty() {
+    // Each id with the start of the first step that names it (its key's partition).
+    let mut seen: HashMap<&str, Nanos> = HashMap::new();
+    for it in batch.iterations.iter().map(|i| &i.value) {
+        for e in &it.batch {
+            let at = seen.entry(e.request_id.as_str()).or_insert(it.start_ns);
+            *at = (*at).min(it.start_ns);
+        }
+    }
+    if seen.is_empty() {
         return Ok(HashMap::new());
     }
-    names.sort_unstable();
-    names.dedup();
-    // The final SELECT sees the table as it was before this statement, so new keys come from
-    // RETURNING and old ones from the join: each id exactly once.
+    let (names, seen_ns): (Vec<&str>, Vec<Nanos>) = seen.into_iter().unzip();
+    // Data-modifying CTEs share one snapshot: `existing` cannot see what `added` inserts, so each
+    // id comes back exactly once, from one side or the other.
     let rows = sqlx::query!(
-        r#"WITH wanted AS (SELECT unnest($2::text[]) AS request_id),
+        r#"WITH wanted AS (SELECT * FROM UNNEST($2::text[], $3::bigint[]) AS w (request_id, seen_ns)),
+           existing AS (
+               SELECT k.key, k.request_id FROM wanted w
+               JOIN request_keys k ON k.instance_id = $1 AND k.request_id = w.request_id
+           ),
            added AS (
-               INSERT INTO request_keys (instance_id, request_id)
-               SELECT $1, request_id FROM wanted
-               ON CONFLICT DO NOTHING
+               INSERT INTO request_keys (instance_id, request_id, seen_ns)
+               SELECT $1, w.request_id, w.seen_ns FROM wanted w
+               WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.request_id = w.request_id)
                RETURNING key, request_id
            )
-           SELECT key AS "key!", request_id AS "request_id!" FROM added
+           SELECT key AS "key!", request_id AS "request_id!" FROM existing
            UNION ALL
-           SELECT k.key, k.request_id FROM wanted w
-           JOIN request_keys k ON k.instance_id = $1 AND k.request_id = w.request_id"#,
+           SELECT key, request_id FROM added"#,
         instance_id,
-        &names as &[&str]
+        &names as &[&str],
+        &seen_ns
     )
     .fetch_all(&mut *tx)
     .await?;
