@@ -1,5 +1,6 @@
-//! Reads the waterfall of one instance over a window: request tracks and the iteration lane,
-//! aggregated in SQL to the pixel width when the steps outnumber the pixels.
+//! Reads the waterfall of one instance over a window: the visible rows' request tracks at the
+//! pixel's level of detail, and the iteration lane, summed from the rollups (or raw rows, for
+//! narrow windows) to the pixel width when the steps outnumber the pixels.
 
 use std::collections::HashMap;
 
