@@ -95,4 +95,26 @@ async fn lane_buckets_equal_the_raw_steps_bucketed_on_the_same_grid() {
             assert!(buckets.len() <= width as usize);
         }
     }
+
+    // Packed at 2.5 s a pixel, most requests are slivers: runs of them come back as clusters,
+    // and every request is either a track or counted in exactly one cluster.
+    let packed = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=lane-gpu&from={T0}&to={end}&width_px=60&compact=true"
+        ))
+        .await;
+    let tracks = packed["tracks"].as_array().unwrap().len();
+    let clusters = packed["clusters"].as_array().unwrap();
+    let clustered: u64 = clusters
+        .iter()
+        .map(|c| c["requests"].as_u64().unwrap())
+        .sum();
+    assert!(!clusters.is_empty(), "{packed}");
+    assert_eq!(tracks + clustered as usize, run.output.requests.len());
+    assert!(
+        tracks + clusters.len() < run.output.requests.len(),
+        "{tracks} tracks and {} clusters for {} requests",
+        clusters.len(),
+        run.output.requests.len()
+    );
 }

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::Stage;
+use crate::api::{Stage, StageKind};
 use crate::model::Nanos;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,7 +63,25 @@ pub struct Waterfall {
     pub rows: u32,
     pub first_row: u32,
     pub tracks: Vec<Track>,
+    /// Compact mode only: runs of requests too narrow to draw one by one, summarised.
+    #[serde(default)]
+    pub clusters: Vec<Cluster>,
     pub lane: Lane,
+}
+
+/// Requests of one packed row too narrow to draw one by one, that follow each other closely:
+/// how many, and how their time split between phases, so the view draws density coloured by
+/// phase instead of thousands of one-pixel slivers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cluster {
+    pub row: u32,
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
+    pub requests: u32,
+    /// Time the cluster's requests spent in each phase, summed over them.
+    pub queued_ns: Nanos,
+    pub prefill_ns: Nanos,
+    pub decode_ns: Nanos,
 }
 
 /// Rows for intervals `(start, end)` so that no two in a row come closer than `gap`: greedy by
@@ -195,6 +213,63 @@ pub fn visible_segments(segments: Vec<Stage>, px_ns: Nanos) -> Vec<Stage> {
         merged.extend(longest);
     }
     merged
+}
+
+/// Folds runs of tracks narrower than `narrow_ns` that follow one another in a row (each starting
+/// within `narrow_ns` of the run's end) into clusters; a run of one stays a track. The tracks must
+/// still carry all their segments, since the clusters sum their phases. Tracks come back in
+/// arrival order.
+pub fn cluster(mut tracks: Vec<Track>, narrow_ns: Nanos) -> (Vec<Track>, Vec<Cluster>) {
+    tracks.sort_by(|a, b| {
+        (a.row, a.arrival_ns, &a.request_id).cmp(&(b.row, b.arrival_ns, &b.request_id))
+    });
+    let mut kept = Vec::new();
+    let mut clusters = Vec::new();
+    let mut run: Vec<Track> = Vec::new();
+    let flush = |run: &mut Vec<Track>, kept: &mut Vec<Track>, clusters: &mut Vec<Cluster>| {
+        if run.len() == 1 {
+            kept.append(run);
+        } else if let Some(first) = run.first() {
+            let mut c = Cluster {
+                row: first.row,
+                start_ns: first.arrival_ns,
+                end_ns: first.finished_ns,
+                requests: run.len() as u32,
+                queued_ns: 0,
+                prefill_ns: 0,
+                decode_ns: 0,
+            };
+            for s in run.drain(..).flat_map(|t| t.segments) {
+                c.end_ns = c.end_ns.max(s.end_ns);
+                let slot = match s.kind {
+                    StageKind::Queued => &mut c.queued_ns,
+                    StageKind::Prefill => &mut c.prefill_ns,
+                    StageKind::Decode => &mut c.decode_ns,
+                    StageKind::Preempted | StageKind::KvTransfer => continue,
+                };
+                *slot += s.end_ns - s.start_ns;
+            }
+            clusters.push(c);
+        }
+    };
+    for t in tracks {
+        let narrow = t.finished_ns - t.arrival_ns < narrow_ns;
+        let run_end = run.iter().map(|r| r.finished_ns).max();
+        let joins = narrow
+            && run.last().is_some_and(|l| l.row == t.row)
+            && run_end.is_some_and(|end| t.arrival_ns - end < narrow_ns);
+        if !joins {
+            flush(&mut run, &mut kept, &mut clusters);
+        }
+        if narrow {
+            run.push(t);
+        } else {
+            kept.push(t);
+        }
+    }
+    flush(&mut run, &mut kept, &mut clusters);
+    kept.sort_by(|a, b| (a.arrival_ns, &a.request_id).cmp(&(b.arrival_ns, &b.request_id)));
+    (kept, clusters)
 }
 
 /// Lays out tracks: arrival order, one row each, or packed when `compact`.
@@ -342,6 +417,87 @@ mod tests {
                 segs.iter().map(|s| s.end_ns).max().unwrap(),
             );
             assert!(out.iter().all(|s| s.start_ns >= lo && s.end_ns <= hi));
+        }
+    }
+
+    #[test]
+    fn clusters_account_for_every_narrow_request_and_its_phases() {
+        for seed in 0..100 {
+            let iv = intervals(seed, 50 + seed as usize * 3);
+            let (rows, _) = pack(&iv, 5);
+            let tracks: Vec<Track> = iv
+                .iter()
+                .zip(rows)
+                .enumerate()
+                .map(|(k, (&(s, e), row))| Track {
+                    row,
+                    request_id: format!("r{k}"),
+                    arrival_ns: s,
+                    finished_ns: e,
+                    segments: vec![
+                        Stage {
+                            kind: StageKind::Queued,
+                            start_ns: s,
+                            end_ns: s + (e - s) / 3,
+                            tokens: None,
+                            iteration: None,
+                        },
+                        Stage {
+                            kind: StageKind::Decode,
+                            start_ns: s + (e - s) / 3,
+                            end_ns: e,
+                            tokens: None,
+                            iteration: None,
+                        },
+                    ],
+                })
+                .collect();
+            let narrow = 1 + (seed as Nanos * 7) % 200;
+            let (kept, clusters) = cluster(tracks.clone(), narrow);
+            let clustered: u32 = clusters.iter().map(|c| c.requests).sum();
+            assert_eq!(kept.len() + clustered as usize, tracks.len(), "seed {seed}");
+            assert!(clusters.iter().all(|c| c.requests >= 2));
+            assert!(kept.windows(2).all(|w| w[0].arrival_ns <= w[1].arrival_ns));
+            // The clusters' phases are exactly those of the requests they replaced.
+            let phase = |v: &[Track], kind| -> Nanos {
+                v.iter()
+                    .flat_map(|t| &t.segments)
+                    .filter(|s| s.kind == kind)
+                    .map(|s| s.end_ns - s.start_ns)
+                    .sum()
+            };
+            for (kind, summed) in [
+                (
+                    StageKind::Queued,
+                    clusters.iter().map(|c| c.queued_ns).sum::<Nanos>(),
+                ),
+                (
+                    StageKind::Decode,
+                    clusters.iter().map(|c| c.decode_ns).sum(),
+                ),
+            ] {
+                assert_eq!(
+                    phase(&kept, kind) + summed,
+                    phase(&tracks, kind),
+                    "seed {seed}"
+                );
+            }
+            // Only narrow requests are folded, and each cluster covers its members.
+            for c in &clusters {
+                let members: Vec<&Track> = tracks
+                    .iter()
+                    .filter(|t| {
+                        t.row == c.row && t.arrival_ns >= c.start_ns && t.finished_ns <= c.end_ns
+                    })
+                    .filter(|t| !kept.iter().any(|k| k.request_id == t.request_id))
+                    .collect();
+                assert_eq!(members.len() as u32, c.requests, "seed {seed}: {c:?}");
+                assert!(
+                    members
+                        .iter()
+                        .all(|t| t.finished_ns - t.arrival_ns < narrow)
+                );
+            }
         }
     }
 

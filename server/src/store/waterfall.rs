@@ -16,6 +16,9 @@ const DEFAULT_WINDOW_NS: Nanos = 5 * 60 * 1_000_000_000;
 /// Tracks narrower than this many pixels show only queue, prefill and decode.
 const DETAIL_PX: Nanos = 4;
 
+/// In compact mode, runs of tracks narrower than this many pixels become clusters.
+const CLUSTER_PX: Nanos = 2;
+
 /// The rows the client shows (virtualized: a viewport's worth at a time).
 #[derive(Clone, Copy, Debug)]
 pub struct Rows {
@@ -86,10 +89,18 @@ impl Store {
         let detailed = |t: &Track| t.finished_ns - t.arrival_ns >= DETAIL_PX * gap;
         for t in tracks.iter_mut().filter(|t| !detailed(t)) {
             let (queue, ttft) = phases.get(&t.request_id).copied().unwrap_or_default();
-            t.segments = waterfall::visible_segments(
-                coarse_stages(t.arrival_ns, t.finished_ns, queue, ttft),
-                gap,
-            );
+            t.segments = coarse_stages(t.arrival_ns, t.finished_ns, queue, ttft);
+        }
+        // Packed rows of short requests would be thousands of slivers: runs of them become
+        // clusters, which bounds a compact reply by rows × width rather than by requests.
+        let clusters;
+        (tracks, clusters) = if compact {
+            waterfall::cluster(tracks, CLUSTER_PX * gap)
+        } else {
+            (tracks, Vec::new())
+        };
+        for t in tracks.iter_mut().filter(|t| !detailed(t)) {
+            t.segments = waterfall::visible_segments(std::mem::take(&mut t.segments), gap);
         }
         // Looked up by primary key, one probe per track: a generic plan for
         // `request_id = ANY($ids)` filters every request of the window against the whole list
@@ -140,6 +151,7 @@ impl Store {
             rows,
             first_row: view.first_row,
             tracks,
+            clusters,
             lane,
         })
     }
