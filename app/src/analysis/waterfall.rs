@@ -215,11 +215,15 @@ pub fn visible_segments(segments: Vec<Stage>, px_ns: Nanos) -> Vec<Stage> {
     merged
 }
 
-/// Folds runs of tracks narrower than `narrow_ns` that follow one another in a row (each starting
-/// within `narrow_ns` of the run's end) into clusters; a run of one stays a track. The tracks must
-/// still carry all their segments, since the clusters sum their phases. Tracks come back in
-/// arrival order.
-pub fn cluster(mut tracks: Vec<Track>, narrow_ns: Nanos) -> (Vec<Track>, Vec<Cluster>) {
+/// Folds the tracks narrower than `narrow_ns` of each row into clusters at most `span_ns` wide
+/// (so a row holds at most one cluster per `span_ns` of time); a cluster of one stays a track.
+/// The tracks must still carry all their segments, since the clusters sum their phases. Tracks
+/// come back in arrival order.
+pub fn cluster(
+    mut tracks: Vec<Track>,
+    narrow_ns: Nanos,
+    span_ns: Nanos,
+) -> (Vec<Track>, Vec<Cluster>) {
     tracks.sort_by(|a, b| {
         (a.row, a.arrival_ns, &a.request_id).cmp(&(b.row, b.arrival_ns, &b.request_id))
     });
@@ -254,10 +258,10 @@ pub fn cluster(mut tracks: Vec<Track>, narrow_ns: Nanos) -> (Vec<Track>, Vec<Clu
     };
     for t in tracks {
         let narrow = t.finished_ns - t.arrival_ns < narrow_ns;
-        let run_end = run.iter().map(|r| r.finished_ns).max();
         let joins = narrow
-            && run.last().is_some_and(|l| l.row == t.row)
-            && run_end.is_some_and(|end| t.arrival_ns - end < narrow_ns);
+            && run
+                .first()
+                .is_some_and(|f| f.row == t.row && t.finished_ns - f.arrival_ns <= span_ns);
         if !joins {
             flush(&mut run, &mut kept, &mut clusters);
         }
@@ -453,7 +457,7 @@ mod tests {
                 })
                 .collect();
             let narrow = 1 + (seed as Nanos * 7) % 200;
-            let (kept, clusters) = cluster(tracks.clone(), narrow);
+            let (kept, clusters) = cluster(tracks.clone(), narrow, 4 * narrow);
             let clustered: u32 = clusters.iter().map(|c| c.requests).sum();
             assert_eq!(kept.len() + clustered as usize, tracks.len(), "seed {seed}");
             assert!(clusters.iter().all(|c| c.requests >= 2));

@@ -16,8 +16,10 @@ const DEFAULT_WINDOW_NS: Nanos = 5 * 60 * 1_000_000_000;
 /// Tracks narrower than this many pixels show only queue, prefill and decode.
 const DETAIL_PX: Nanos = 4;
 
-/// In compact mode, runs of tracks narrower than this many pixels become clusters.
-const CLUSTER_PX: Nanos = 2;
+/// In compact mode, tracks narrower than this many pixels are folded into clusters of at most
+/// `CLUSTER_PX` per row.
+const NARROW_PX: Nanos = 2;
+const CLUSTER_PX: Nanos = 8;
 
 /// The rows the client shows (virtualized: a viewport's worth at a time).
 #[derive(Clone, Copy, Debug)]
@@ -91,11 +93,11 @@ impl Store {
             let (queue, ttft) = phases.get(&t.request_id).copied().unwrap_or_default();
             t.segments = coarse_stages(t.arrival_ns, t.finished_ns, queue, ttft);
         }
-        // Packed rows of short requests would be thousands of slivers: runs of them become
-        // clusters, which bounds a compact reply by rows × width rather than by requests.
+        // Packed rows of short requests would be thousands of slivers: they become clusters,
+        // which bounds a compact reply by rows × width rather than by requests.
         let clusters;
         (tracks, clusters) = if compact {
-            waterfall::cluster(tracks, CLUSTER_PX * gap)
+            waterfall::cluster(tracks, NARROW_PX * gap, CLUSTER_PX * gap)
         } else {
             (tracks, Vec::new())
         };
