@@ -66,6 +66,17 @@ fn parse_int(name: &str, value: Option<&str>) -> Result<Option<i64>> {
         .transpose()
 }
 
+/// A view's width in pixels: `default` when absent, at most `max`.
+fn width_px(value: Option<&str>, default: u32, max: u32) -> Result<u32> {
+    let width = parse_int("width_px", value)?.unwrap_or(default.into());
+    if !(1..=i64::from(max)).contains(&width) {
+        return Err(Error::InvalidArgument(format!(
+            "width_px={width} must be between 1 and {max}"
+        )));
+    }
+    Ok(width as u32)
+}
+
 fn non_empty(v: Option<String>) -> Option<String> {
     v.filter(|s| !s.is_empty())
 }
@@ -270,12 +281,7 @@ async fn waterfall(
 ) -> Result<Json<Waterfall>> {
     let instance = non_empty(p.instance)
         .ok_or_else(|| Error::InvalidArgument("instance= is required".into()))?;
-    let width = parse_int("width_px", p.width_px.as_deref())?.unwrap_or(1200);
-    if !(1..=20_000).contains(&width) {
-        return Err(Error::InvalidArgument(format!(
-            "width_px={width} must be between 1 and 20000"
-        )));
-    }
+    let width = width_px(p.width_px.as_deref(), 1200, 20_000)?;
     let compact = matches!(p.compact.as_deref(), Some("true" | "1"));
     let from = parse_int("from", p.from.as_deref())?;
     let to = parse_int("to", p.to.as_deref())?;
@@ -292,7 +298,7 @@ async fn waterfall(
     };
     Ok(Json(
         store
-            .waterfall(&instance, from, to, width as u32, compact, view)
+            .waterfall(&instance, from, to, width, compact, view)
             .await?,
     ))
 }
@@ -312,12 +318,7 @@ async fn latency(
     State(store): State<Store>,
     Query(p): Query<LatencyParams>,
 ) -> Result<Json<LatencySeries>> {
-    let width = parse_int("width_px", p.width_px.as_deref())?.unwrap_or(600);
-    if !(1..=5_000).contains(&width) {
-        return Err(Error::InvalidArgument(format!(
-            "width_px={width} must be between 1 and 5000"
-        )));
-    }
+    let width = width_px(p.width_px.as_deref(), 600, 5_000)?;
     // The SLOs are the diagnosis's, with the same defaults and checks.
     let th = ThresholdParams {
         ttft_ms: p.ttft_ms,
@@ -328,7 +329,7 @@ async fn latency(
     let filter = p.list.into_filter()?;
     Ok(Json(
         store
-            .latency(&filter, width as u32, (th.ttft_ms, th.tpot_ms))
+            .latency(&filter, width, (th.ttft_ms, th.tpot_ms))
             .await?,
     ))
 }
