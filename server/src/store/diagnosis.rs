@@ -9,7 +9,7 @@ use app::model::{Iteration, Nanos, RequestTrace};
 
 use std::collections::BTreeMap;
 
-use super::{REQUEST_LOOKBACK_NS, Store, batch_block, read::count, write::Detail};
+use super::{CLOCK_SLACK_NS, REQUEST_LOOKBACK_NS, Store, batch_block, read::count, write::Detail};
 use crate::error::Result;
 
 /// Requests diagnosed together from one read of their surroundings (`GET /api/v1/diagnosis`).
@@ -36,9 +36,7 @@ impl Store {
             .iter()
             .map(|r| batch_block::decode(&r.batch))
             .collect::<Result<Vec<_>>>()?;
-        let ids = self
-            .request_ids(batch_block::keys(batches.iter().flatten()))
-            .await?;
+        let batches = self.resolve_batches(batches).await?;
         rows.into_iter()
             .zip(batches)
             .map(|(r, batch)| {
@@ -46,7 +44,7 @@ impl Store {
                     iteration_id: r.iteration_id as u64,
                     start_ns: r.start_ns,
                     end_ns: r.end_ns,
-                    batch: batch_block::resolve(batch, &ids)?,
+                    batch,
                     running: count(r.running),
                     waiting: count(r.waiting),
                     kv_cache_usage: r.kv_cache_usage,
@@ -102,10 +100,10 @@ impl Store {
         ) else {
             return Ok(Vec::new());
         };
-        // A second before arrival: the step that admitted the request may start just before it
-        // (engine and gateway clocks differ).
+        // From a little before arrival: the step that admitted a request may start just before
+        // it (engine and gateway clocks differ).
         let iterations = self
-            .iterations_between(instance_id, from - 1_000_000_000, to)
+            .iterations_between(instance_id, from - CLOCK_SLACK_NS, to)
             .await?;
         let others = self.overlapping_requests(instance_id, from, to).await?;
         Ok(traces
@@ -113,7 +111,7 @@ impl Store {
             .map(|t| {
                 // The iterations are sorted by start: each request reads its own slice.
                 let lo =
-                    iterations.partition_point(|it| it.start_ns < t.arrival_ns - 1_000_000_000);
+                    iterations.partition_point(|it| it.start_ns < t.arrival_ns - CLOCK_SLACK_NS);
                 let hi = iterations.partition_point(|it| it.start_ns <= t.finished_ns);
                 // Neighbours outside the request's lifetime are harmless: every rule looks only
                 // at prefill inside the request's own intervals.

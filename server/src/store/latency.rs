@@ -4,7 +4,7 @@
 use app::api::{LatencyBucket, LatencySeries, Percentiles};
 use app::model::{Nanos, ms};
 
-use super::{RequestFilter, Store};
+use super::{RequestFilter, Store, read::count};
 use crate::error::{Error, Result};
 
 /// Without a window: the hour before the newest request that matches.
@@ -75,7 +75,6 @@ impl Store {
                 p99: ms(p99?),
             })
         };
-        let count = |v: i32| u32::try_from(v).unwrap_or(0);
         Ok(LatencySeries {
             from_ns: from,
             to_ns: to,

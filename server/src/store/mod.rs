@@ -28,6 +28,10 @@ pub use waterfall::Rows;
 /// (their rows are found by arrival time, which partitions the table).
 const REQUEST_LOOKBACK_NS: Nanos = 3600 * 1_000_000_000;
 
+/// Iterations this long before a request's arrival still count as its own: the step that admits
+/// a request may start just before the gateway stamped its arrival (the clocks differ).
+const CLOCK_SLACK_NS: Nanos = 1_000_000_000;
+
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,

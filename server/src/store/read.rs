@@ -1,13 +1,13 @@
 //! The read path: request lists, one request with its tokens, instances.
 
+use std::collections::HashMap;
+
 use app::analysis::{
     stages::stages,
     token_view::{StepLoad, token_views},
 };
 use app::api::{InstanceInfo, RequestDetail, RequestSummary};
-use app::model::{EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
-
-use std::collections::HashMap;
+use app::model::{BatchEntry, EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
 
 use super::{Store, batch_block, token_block, write::Detail};
 use crate::error::{Error, Result};
@@ -281,14 +281,14 @@ impl Store {
         }
         ids.sort_unstable();
         ids.dedup();
-        // The time bounds let Postgres skip partitions; a second of slack covers clock skew.
+        // The time bounds let Postgres skip partitions.
         let rows = sqlx::query!(
             "SELECT iteration_id, batch_size, waiting, prefill_tokens, decode_tokens, batch FROM iterations
              WHERE instance_id = $1 AND iteration_id = ANY($2) AND start_ns >= $3 AND start_ns <= $4
              ORDER BY iteration_id",
             instance_id,
             &ids,
-            r.arrival_ns - 1_000_000_000,
+            r.arrival_ns - super::CLOCK_SLACK_NS,
             r.finished_ns,
         )
         .fetch_all(&self.pool)
@@ -306,9 +306,7 @@ impl Store {
                     .collect())
             })
             .collect::<Result<Vec<Vec<_>>>>()?;
-        let ids = self
-            .request_ids(batch_block::keys(prefills.iter().flatten()))
-            .await?;
+        let prefills = self.resolve_batches(prefills).await?;
         rows.into_iter()
             .zip(prefills)
             .map(|(row, prefill)| {
@@ -318,35 +316,37 @@ impl Store {
                     waiting: count(row.waiting),
                     prefill_tokens: count(row.prefill_tokens),
                     decode_tokens: count(row.decode_tokens),
-                    prefill_requests: batch_block::resolve(prefill, &ids)?
-                        .into_iter()
-                        .map(|e| e.request_id)
-                        .collect(),
+                    prefill_requests: prefill.into_iter().map(|e| e.request_id).collect(),
                 })
             })
             .collect()
     }
 
-    /// The request ids of batch entries' keys.
-    pub(super) async fn request_ids(
+    /// Decoded batches with their request ids: every key of every batch looked up in one query.
+    pub(super) async fn resolve_batches(
         &self,
-        keys: impl Iterator<Item = i64>,
-    ) -> Result<HashMap<i64, String>> {
-        let mut keys: Vec<i64> = keys.collect();
-        if keys.is_empty() {
-            return Ok(HashMap::new());
-        }
+        batches: Vec<Vec<batch_block::Stored>>,
+    ) -> Result<Vec<Vec<BatchEntry>>> {
+        let mut keys: Vec<i64> = batch_block::keys(batches.iter().flatten()).collect();
         keys.sort_unstable();
         keys.dedup();
-        Ok(sqlx::query!(
-            "SELECT key, request_id FROM request_keys WHERE key = ANY($1)",
-            &keys
-        )
-        .fetch_all(&self.pool)
-        .await?
-        .into_iter()
-        .map(|r| (r.key, r.request_id))
-        .collect())
+        let ids: HashMap<i64, String> = if keys.is_empty() {
+            HashMap::new()
+        } else {
+            sqlx::query!(
+                "SELECT key, request_id FROM request_keys WHERE key = ANY($1)",
+                &keys
+            )
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(|r| (r.key, r.request_id))
+            .collect()
+        };
+        batches
+            .into_iter()
+            .map(|b| batch_block::resolve(b, &ids))
+            .collect()
     }
 
     pub async fn list_instances(&self) -> Result<Vec<InstanceInfo>> {

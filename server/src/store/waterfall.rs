@@ -206,7 +206,6 @@ impl Store {
                 buckets: rows,
             });
         }
-        let n = |v: i32| u32::try_from(v).unwrap_or(0);
         let steps: Vec<Step> = sqlx::query!(
             "SELECT start_ns, end_ns, prefill_tokens, decode_tokens, batch_size FROM iterations
              WHERE instance_id = $1 AND start_ns >= $2 AND start_ns < $3 ORDER BY start_ns",
@@ -220,9 +219,9 @@ impl Store {
         .map(|r| Step {
             start_ns: r.start_ns,
             end_ns: r.end_ns,
-            prefill_tokens: n(r.prefill_tokens),
-            decode_tokens: n(r.decode_tokens),
-            batch_size: n(r.batch_size),
+            prefill_tokens: count(r.prefill_tokens),
+            decode_tokens: count(r.decode_tokens),
+            batch_size: count(r.batch_size),
         })
         .collect();
         Ok(Lane::Steps { steps })
@@ -244,10 +243,10 @@ impl From<BucketRow> for Bucket {
         Bucket {
             start_ns: r.start_ns,
             end_ns: r.end_ns,
-            steps: u32::try_from(r.steps).unwrap_or(0),
+            steps: count(r.steps),
             prefill_tokens: u64::try_from(r.prefill_tokens).unwrap_or(0),
             decode_tokens: u64::try_from(r.decode_tokens).unwrap_or(0),
-            max_batch_size: u32::try_from(r.max_batch_size).unwrap_or(0),
+            max_batch_size: count(r.max_batch_size),
         }
     }
 }
