@@ -66,6 +66,19 @@ ensure_otel_sdk() {
   fi
 }
 
+# wasm-opt from npm's binaryen: Debian's (version 108) produces a wasm that fails to hydrate.
+WASM_OPT_VERSION=132.0.0
+ensure_wasm_opt() {
+  local dir="$CARGO_TARGET_DIR/tools/binaryen"
+  if [ ! -x "$dir/node_modules/.bin/wasm-opt" ]; then
+    command -v npm >/dev/null || apt_install nodejs npm
+    log "installing wasm-opt (npm binaryen $WASM_OPT_VERSION, once)"
+    mkdir -p "$dir"
+    (cd "$dir" && npm install --no-audit --no-fund --loglevel=error --prefix . "binaryen@$WASM_OPT_VERSION" >/dev/null)
+  fi
+  WASM_OPT="$dir/node_modules/.bin/wasm-opt"
+}
+
 # build_site PROFILE — the cargo-leptos build done with plain cargo: wasm → wasm-bindgen → site dir.
 build_site() {
   local profile="$1" wasm_profile wasm_dir
@@ -77,6 +90,13 @@ build_site() {
   wasm-bindgen --target web --no-typescript --out-dir "$pkg" --out-name tokenscope \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/$wasm_dir/app.wasm"
   mv "$pkg/tokenscope_bg.wasm" "$pkg/tokenscope.wasm"
+  if [ "$profile" = release ]; then
+    ensure_wasm_opt
+    log "shrinking the wasm (wasm-opt -Oz)"
+    "$WASM_OPT" -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \
+      -o "$pkg/tokenscope.opt.wasm" "$pkg/tokenscope.wasm"
+    mv "$pkg/tokenscope.opt.wasm" "$pkg/tokenscope.wasm"
+  fi
   cp "$ROOT/style/main.css" "$pkg/tokenscope.css"
   cp -r "$ROOT/public/." "$LEPTOS_SITE_ROOT/"
 }

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::diagnosis::Cause;
 use crate::model::{EngineKind, FinishReason, Nanos, Role, SamplingParams, SpecialToken};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -26,6 +27,9 @@ pub struct RequestSummary {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestList {
     pub requests: Vec<RequestSummary>,
+    /// How many requests match the filters in all (the list is one page of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,4 +192,67 @@ pub struct Percentiles {
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
+}
+
+/// One side of a comparison (`GET /api/v1/compare`): which requests, their latency percentiles
+/// over the whole side, the percentiles over time, histograms and the causes diagnosed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompareSide {
+    pub instances: Vec<String>,
+    pub engine: Option<String>,
+    pub model: Option<String>,
+    pub from_ns: Nanos,
+    pub to_ns: Nanos,
+    pub requests: u64,
+    pub ttft_ms: Option<Percentiles>,
+    pub tpot_ms: Option<Percentiles>,
+    pub queue_ms: Option<Percentiles>,
+    pub e2e_ms: Option<Percentiles>,
+    pub series: LatencySeries,
+    /// Requests per latency bin; bins are shared by both sides (quarter octaves of a millisecond).
+    pub ttft_histogram: Vec<HistogramBin>,
+    pub tpot_histogram: Vec<HistogramBin>,
+    /// Degraded requests per diagnosis cause, most frequent first.
+    pub causes: Vec<CauseCount>,
+    /// Requests the cause counts looked at (the first ones of the side, at most a few thousand).
+    pub diagnosed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistogramBin {
+    pub lo_ms: f64,
+    pub hi_ms: f64,
+    pub requests: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CauseCount {
+    pub cause: Cause,
+    pub requests: u32,
+    /// The worst requests with this cause (up to three), to open as examples.
+    pub examples: Vec<String>,
+}
+
+/// Side B against side A, one number.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    /// "ttft", "tpot", "queue" or "e2e".
+    pub metric: String,
+    /// "p50", "p90" or "p99".
+    pub percentile: String,
+    pub a_ms: f64,
+    pub b_ms: f64,
+    /// `b − a`; positive means B is slower.
+    pub delta_ms: f64,
+    /// The change relative to A, in percent (`null` when A is 0).
+    pub delta_pct: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The answer in one line: the largest change and the cause that grew most.
+    pub headline: String,
+    pub a: CompareSide,
+    pub b: CompareSide,
+    pub deltas: Vec<Delta>,
 }

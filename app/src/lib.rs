@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! tokenscope's shared crate: the unified trace model, pure analysis, the JSON API types, and the
 //! Leptos UI. `model`, `analysis` and `api` do no IO and build for wasm32, so the browser and the
 //! server compute with the same code.

@@ -1,5 +1,6 @@
-// The explorer page loads in Chromium, hydrates, and shows what was ingested.
-import { test, expect } from "@playwright/test";
+// The explorer: server-rendered with its data, hydrated; filters, sorting, paging and find are
+// links or navigations, so every state is a URL. The demo data is loaded by scripts/test.
+import { test, expect, Page } from "@playwright/test";
 
 const T0 = 1796022000000000000n; // 2026-11-30T07:00:00Z in ns
 
@@ -26,26 +27,90 @@ function trace(requestId: string) {
   };
 }
 
-test("explorer shows ingested instances and requests after hydration", async ({ page, request }) => {
+function watchErrors(page: Page): string[] {
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  return errors;
+}
+
+/** The page is hydrated when the wasm app has switched times to the browser's zone label. */
+async function hydrated(page: Page) {
+  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
+}
+
+test("an ingested request shows with its numbers, in a window given by the URL", async ({ page, request }) => {
   const id = `e2e-${Date.now()}`;
   const ingest = await request.post("/api/v1/traces", { data: trace(id) });
   expect(ingest.status()).toBe(200);
   expect((await ingest.json()).acceptedRequests).toBe("1");
-
-  const errors: string[] = [];
-  page.on("pageerror", (e) => errors.push(e.message));
-  await page.goto("/");
+  const errors = watchErrors(page);
+  const from = (T0 - 1_000_000_000n).toString();
+  const to = (T0 + 1_000_000_000n).toString();
+  await page.goto(`/?instance=e2e-gpu-0&from=${from}&to=${to}`);
   await expect(page).toHaveTitle("tokenscope");
-  // The rows are fetched by the wasm app after hydration, so seeing them proves hydration worked.
-  const instances = page.getByTestId("instances");
-  await expect(instances).toContainText("e2e-gpu-0");
-  await expect(instances).toContainText("vllm 0.11.0");
   const row = page.getByTestId("requests").locator("tr", { hasText: id });
   await expect(row).toContainText("80.0 ms"); // TTFT
   await expect(row).toContainText("25.5 ms"); // TPOT = (131 − 80) / 2
   await expect(row).toContainText("96,000"); // prompt tokens, thousands separated
-  await page.screenshot({ path: "test-results/explorer.png", fullPage: true });
+  await expect(page.getByTestId("instance-chips").getByText("e2e-gpu-0")).toHaveClass(/on/);
+  await hydrated(page);
   expect(errors).toEqual([]);
+});
+
+test("the first screen is rendered on the server with its data", async ({ request }) => {
+  const html = await (await request.get("/")).text();
+  expect(html).toContain('data-testid="requests"');
+  expect(html).toContain("pid-prefill-00"); // a demo request, slowest TPOT first
+  expect(html).toContain("Latency over time");
+});
+
+test("the explorer lists the demo data; sorting, SLO filter, paging and find work", async ({ page }) => {
+  const errors = watchErrors(page);
+  await page.goto("/");
+  await hydrated(page);
+  const rows = page.getByTestId("requests").locator("tbody tr");
+  await expect(rows).toHaveCount(100);
+  await expect(page.getByTestId("pager")).toContainText(/1–100 of [\d,]+ requests/);
+  const tpots = async () =>
+    (await page.getByTestId("requests").locator("tbody tr td:nth-child(5)").allInnerTexts()).slice(0, 20);
+  const msOf = (t: string) => (t.endsWith(" s") ? parseFloat(t) * 1000 : t.endsWith("µs") ? parseFloat(t) / 1000 : parseFloat(t));
+  const desc = (await tpots()).map(msOf);
+  expect(desc).toEqual([...desc].sort((a, b) => b - a)); // slowest first by default
+
+  await page.locator('th a[data-sort="tpot"]').click();
+  await expect(page).toHaveURL(/order=tpot_asc/);
+  await expect.poll(async () => { const v = (await tpots()).map(msOf); return v[0] <= v[v.length - 1]; }).toBe(true);
+
+  await page.getByTestId("slo-filter").selectOption("breach");
+  await expect(page).toHaveURL(/slo=breach/);
+  await expect(page.getByTestId("requests").locator("tbody tr").first().locator(".verdict")).toHaveClass(/bad/);
+
+  await page.goto("/?order=arrival_asc");
+  await page.getByTestId("pager").getByText("next ›").click();
+  await expect(page).toHaveURL(/page=1/);
+  await expect(page.getByTestId("pager")).toContainText("101–");
+
+  await hydrated(page);
+  await page.getByTestId("find").fill("pid-victim");
+  await page.getByTestId("find").press("Enter");
+  await expect(page).toHaveURL(/\/waterfall\?instance=sim-pid.*focus=pid-victim/);
+  await page.screenshot({ path: "test-results/explorer-find-landed.png" });
+  expect(errors).toEqual([]);
+});
+
+test("dragging across the latency chart narrows the range", async ({ page }) => {
+  await page.goto("/");
+  await hydrated(page);
+  await page.screenshot({ path: "test-results/explorer.png" });
+  const chart = page.getByTestId("latency-charts").locator("svg").first();
+  const box = (await chart.boundingBox())!;
+  await page.mouse.move(box.x + box.width * 0.4, box.y + box.height * 0.5);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.7, box.y + box.height * 0.5, { steps: 5 });
+  await page.mouse.up();
+  await expect(page).toHaveURL(/from=\d+&to=\d+/);
+  const url = new URL(page.url());
+  expect(BigInt(url.searchParams.get("to")!) > BigInt(url.searchParams.get("from")!)).toBe(true);
 });
 
 test("unknown pages say so", async ({ page }) => {

@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! The tokenscope server: ingest (gRPC + HTTP), Postgres storage, the query API and the UI host.
 
 pub mod api;

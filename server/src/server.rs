@@ -116,11 +116,19 @@ fn http_app(config: &Config, store: Store, otlp: Otlp, addr: SocketAddr) -> Rout
         .site_addr(addr)
         .build();
     let routes = generate_route_list(app::App);
+    let api = crate::api::router(store.clone());
+    // Pages render with their data: the UI calls the same API in-process while it renders.
+    let client = in_process(api.clone());
     let ui = Router::new()
-        .leptos_routes(&leptos, routes, {
-            let leptos = leptos.clone();
-            move || app::shell(leptos.clone())
-        })
+        .leptos_routes_with_context(
+            &leptos,
+            routes,
+            move || leptos::prelude::provide_context(client.clone()),
+            {
+                let leptos = leptos.clone();
+                move || app::shell(leptos.clone())
+            },
+        )
         .fallback(leptos_axum::file_and_error_handler(app::shell))
         .with_state(leptos);
     let otlp_http = Router::new()
@@ -129,13 +137,36 @@ fn http_app(config: &Config, store: Store, otlp: Otlp, addr: SocketAddr) -> Rout
             axum::routing::post(crate::ingest::otlp_endpoints::post_traces),
         )
         .with_state(otlp);
-    crate::api::router(store)
-        .merge(otlp_http)
+    api.merge(otlp_http)
         .layer(DefaultBodyLimit::max(config.max_message_bytes))
         .layer(RequestDecompressionLayer::new())
         .merge(ui)
         .layer(CompressionLayer::new())
         .layer(TraceLayer::new_for_http())
+}
+
+/// The API router as the UI's `ApiClient`: a GET of a path and query, answered without a socket.
+fn in_process(api: Router) -> app::ui::ApiClient {
+    use tower::ServiceExt;
+    app::ui::ApiClient(std::sync::Arc::new(move |url: String| {
+        let api = api.clone();
+        Box::pin(async move {
+            let req = axum::http::Request::get(&url)
+                .body(axum::body::Body::empty())
+                .map_err(|e| format!("{url}: {e}"))?;
+            let resp = api.oneshot(req).await.map_err(|e| format!("{url}: {e}"))?;
+            let status = resp.status();
+            let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .map_err(|e| format!("{url}: {e}"))?;
+            let body = String::from_utf8_lossy(&body).into_owned();
+            if status.is_success() {
+                Ok(body)
+            } else {
+                Err(app::ui::fetch::error_text(status.as_u16(), &body))
+            }
+        })
+    }))
 }
 
 async fn sweep_loop(otlp: Otlp, timeout: Duration) {

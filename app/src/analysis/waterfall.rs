@@ -62,6 +62,9 @@ pub struct Waterfall {
     /// Rows in the whole window; `tracks` holds those from `first_row` on, a viewport's worth.
     pub rows: u32,
     pub first_row: u32,
+    /// The row of the request asked for with `focus=`, when it is in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub focus_row: Option<u32>,
     pub tracks: Vec<Track>,
     /// Compact mode only: runs of requests too narrow to draw one by one, summarised.
     #[serde(default)]
@@ -297,9 +300,48 @@ pub fn tracks(mut tracks: Vec<Track>, compact: bool, gap: Nanos) -> (Vec<Track>,
     (tracks, used)
 }
 
+/// Moves the tracks of `pull` (a request's culprits, say) to the rows right below `focus`'s,
+/// keeping every other track in its order; returns the focused row. Tracks must have one row
+/// each (not packed).
+pub fn pull_next_to(tracks: &mut [Track], focus: &str, pull: &[String]) -> Option<u32> {
+    tracks.sort_by_key(|t| t.row);
+    let at = tracks.iter().position(|t| t.request_id == focus)?;
+    let pulled = |t: &Track| t.request_id != focus && pull.contains(&t.request_id);
+    // Stable partitions on both sides of the focus keep the others in arrival order.
+    tracks[..at].sort_by_key(|t| pulled(t));
+    let moved_up = tracks[..at].iter().filter(|t| pulled(t)).count();
+    tracks[at - moved_up..]
+        .sort_by_key(|t| (t.request_id != focus, !pulled(t) && t.request_id != focus));
+    for (i, t) in tracks.iter_mut().enumerate() {
+        t.row = i as u32;
+    }
+    Some((at - moved_up) as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pulled_tracks_sit_right_below_the_focus_and_the_rest_keep_their_order() {
+        let mut t: Vec<Track> = ["a", "c1", "b", "v", "d", "c2", "e"]
+            .iter()
+            .enumerate()
+            .map(|(i, id)| Track {
+                row: i as u32,
+                request_id: id.to_string(),
+                arrival_ns: i as Nanos,
+                finished_ns: i as Nanos + 10,
+                segments: vec![],
+            })
+            .collect();
+        let row = pull_next_to(&mut t, "v", &["c1".into(), "c2".into(), "gone".into()]);
+        let order: Vec<&str> = t.iter().map(|t| t.request_id.as_str()).collect();
+        assert_eq!(order, ["a", "b", "v", "c1", "c2", "d", "e"]);
+        assert_eq!(row, Some(2));
+        assert!(t.iter().enumerate().all(|(i, t)| t.row == i as u32));
+        assert_eq!(pull_next_to(&mut t, "nobody", &[]), None);
+    }
 
     /// Deterministic pseudo-random intervals (no crate needed for a property check).
     fn intervals(seed: u64, n: usize) -> Vec<(Nanos, Nanos)> {

@@ -1,33 +1,87 @@
-//! Fetches JSON from the tokenscope API in the browser.
+//! Fetches JSON from the tokenscope API: over HTTP in the browser, and in-process on the server
+//! (through the `ApiClient` the server provides), so a server-rendered page arrives with its
+//! data and the browser picks the same values up when it hydrates.
+
+use std::future::Future;
 
 use serde::de::DeserializeOwned;
 
-/// GETs `url` and parses the JSON body. Runs only in the browser (resources are local).
+/// The server's own API router, called without a socket while a page renders.
+#[cfg(feature = "ssr")]
+#[derive(Clone)]
+pub struct ApiClient(
+    #[allow(clippy::type_complexity)]
+    pub  std::sync::Arc<
+        dyn Fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
+            + Send
+            + Sync,
+    >,
+);
+
+/// GETs `url` (a path under `/api/v1/`) and parses the JSON body; errors are sentences for the
+/// page (the API's own message when it gave one).
+pub fn get_json<T: DeserializeOwned + Send + 'static>(
+    url: String,
+) -> impl Future<Output = Result<T, String>> + Send + 'static {
+    #[cfg(feature = "hydrate")]
+    {
+        // Browser futures are not `Send`; they only ever run on the page's one thread.
+        let text = send_wrapper::SendWrapper::new(browser::get_text(url.clone()));
+        async move { parse(&url, text.await) }
+    }
+    #[cfg(all(feature = "ssr", not(feature = "hydrate")))]
+    {
+        // Taken now: the context belongs to the page being rendered, not to the future.
+        let client = leptos::prelude::use_context::<ApiClient>();
+        async move {
+            let client = client.ok_or("no API on this server")?;
+            parse(&url, (client.0)(url.clone()).await)
+        }
+    }
+    #[cfg(not(any(feature = "hydrate", feature = "ssr")))]
+    {
+        async move { Err(format!("{url}: no way to fetch in this build")) }
+    }
+}
+
+fn parse<T: DeserializeOwned>(url: &str, body: Result<String, String>) -> Result<T, String> {
+    serde_json::from_str(&body?).map_err(|e| format!("{url}: unexpected reply ({e})"))
+}
+
+/// The body of an error reply as the API words it (`{"error": "..."}`), else the raw text.
+pub fn error_text(status: u16, body: &str) -> String {
+    match serde_json::from_str::<crate::api::ErrorBody>(body) {
+        Ok(e) => e.error,
+        Err(_) => format!("HTTP {status}: {body}"),
+    }
+}
+
 #[cfg(feature = "hydrate")]
-pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
+mod browser {
     use wasm_bindgen::JsCast;
     use wasm_bindgen_futures::JsFuture;
 
-    let js_err = |e: wasm_bindgen::JsValue| format!("{e:?}");
-    let window = web_sys::window().ok_or("no window")?;
-    let response: web_sys::Response = JsFuture::from(window.fetch_with_str(url))
-        .await
-        .map_err(js_err)?
-        .dyn_into()
-        .map_err(js_err)?;
-    let body = JsFuture::from(response.text().map_err(js_err)?)
-        .await
-        .map_err(js_err)?
-        .as_string()
-        .unwrap_or_default();
-    if !response.ok() {
-        return Err(format!("{url}: HTTP {} {body}", response.status()));
+    pub async fn get_text(url: String) -> Result<String, String> {
+        let js_err = |e: wasm_bindgen::JsValue| {
+            format!(
+                "could not reach the server ({})",
+                e.as_string().unwrap_or_default()
+            )
+        };
+        let window = web_sys::window().ok_or("no window")?;
+        let response: web_sys::Response = JsFuture::from(window.fetch_with_str(&url))
+            .await
+            .map_err(js_err)?
+            .dyn_into()
+            .map_err(js_err)?;
+        let body = JsFuture::from(response.text().map_err(js_err)?)
+            .await
+            .map_err(js_err)?
+            .as_string()
+            .unwrap_or_default();
+        if !response.ok() {
+            return Err(super::error_text(response.status(), &body));
+        }
+        Ok(body)
     }
-    serde_json::from_str(&body).map_err(|e| format!("{url}: {e}"))
-}
-
-/// On the server the page renders its loading state; the browser fetches after hydration.
-#[cfg(not(feature = "hydrate"))]
-pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
-    Err(format!("{url} is fetched in the browser"))
 }

@@ -1,15 +1,26 @@
-//! The browser UI (Leptos, rendered on the server and hydrated in the browser).
+//! The browser UI (Leptos, rendered on the server with its data and hydrated in the browser).
+//! One folder per page; every view's state is in its URL.
 
-mod explorer;
-mod fetch;
+pub mod chart;
+mod compare;
+pub mod explorer;
+pub mod fetch;
 pub mod format;
+pub mod query;
+mod request;
+pub mod time;
+pub mod waterfall;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::{
-    StaticSegment,
+    SsrMode, StaticSegment,
     components::{Route, Router, Routes},
+    path,
 };
+
+#[cfg(feature = "ssr")]
+pub use fetch::ApiClient;
 
 /// The HTML document around the app; the server renders it for every page.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -33,6 +44,17 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    // Times render in UTC on the server and switch to the viewer's zone once the page is live.
+    let zone = RwSignal::new(time::Zone::default());
+    provide_context(zone);
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        zone.set(time::Zone::detect());
+        // Tests and benchmarks wait for this rather than guessing when the page is live.
+        if let Some(w) = web_sys::window() {
+            let _ = js_sys::Reflect::set(&w, &"__tsHydrated".into(), &true.into());
+        }
+    });
     view! {
         <Stylesheet id="tokenscope" href="/pkg/tokenscope.css"/>
         <Title text="tokenscope"/>
@@ -41,11 +63,16 @@ pub fn App() -> impl IntoView {
                 <a class="brand" href="/">"tokenscope"</a>
                 <nav>
                     <a href="/">"Explorer"</a>
+                    <a href="/waterfall">"Waterfall"</a>
+                    <a href="/compare">"Compare"</a>
                 </nav>
             </header>
             <main>
                 <Routes fallback=|| view! { <NotFound/> }>
-                    <Route path=StaticSegment("") view=explorer::Explorer/>
+                    <Route path=StaticSegment("") view=explorer::Explorer ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("waterfall") view=waterfall::WaterfallPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("compare") view=compare::Compare ssr=SsrMode::Async/>
+                    <Route path=path!("/requests/:id") view=request::RequestPage ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>

@@ -15,11 +15,12 @@ use app::api::{InstanceList, LatencySeries, RequestDetail, RequestList};
 use crate::error::{Error, Result};
 use crate::ingest;
 use crate::ingest::import::{Format, Options};
-use crate::store::{RequestFilter, Store};
+use crate::store::{ORDER_KEYS, Order, RequestFilter, Store};
+
+mod compare;
 
 pub const DEFAULT_LIMIT: i64 = 100;
 pub const MAX_LIMIT: i64 = 10_000;
-const ORDERS: [&str; 4] = ["start", "recent", "ttft_desc", "tpot_desc"];
 
 pub fn router(store: Store) -> Router {
     Router::new()
@@ -34,6 +35,7 @@ pub fn router(store: Store) -> Router {
         .route("/api/v1/diagnosis", get(diagnose_window))
         .route("/api/v1/waterfall", get(waterfall))
         .route("/api/v1/latency", get(latency))
+        .route("/api/v1/compare", get(compare::compare))
         .route("/api/v1/instances", get(list_instances))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -44,13 +46,21 @@ pub fn router(store: Store) -> Router {
 /// names it instead of a generic rejection.
 #[derive(Debug, Default, Deserialize)]
 pub struct ListParams {
+    /// One instance, or several separated by commas.
     instance: Option<String>,
     engine: Option<String>,
     model: Option<String>,
     from: Option<String>,
     to: Option<String>,
+    /// A request id or a W3C trace id.
+    find: Option<String>,
+    /// `breach` or `met`: requests that broke, or met, the TTFT or TPOT SLO.
+    slo: Option<String>,
+    ttft_ms: Option<String>,
+    tpot_ms: Option<String>,
     order: Option<String>,
     limit: Option<String>,
+    offset: Option<String>,
 }
 
 fn parse_int(name: &str, value: Option<&str>) -> Result<Option<i64>> {
@@ -84,26 +94,59 @@ fn non_empty(v: Option<String>) -> Option<String> {
 impl ListParams {
     fn into_filter(self) -> Result<RequestFilter> {
         let order = self.order.unwrap_or_else(|| "start".into());
-        if !ORDERS.contains(&order.as_str()) {
-            return Err(Error::InvalidArgument(format!(
-                "order={order:?} is not one of {}",
-                ORDERS.join(", ")
-            )));
-        }
+        let order = Order::parse(&order).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "order={order:?} is not start, recent, or one of {} followed by _asc or _desc",
+                ORDER_KEYS.join(", ")
+            ))
+        })?;
         let limit = parse_int("limit", self.limit.as_deref())?.unwrap_or(DEFAULT_LIMIT);
         if !(1..=MAX_LIMIT).contains(&limit) {
             return Err(Error::InvalidArgument(format!(
                 "limit={limit} must be between 1 and {MAX_LIMIT}"
             )));
         }
+        let offset = parse_int("offset", self.offset.as_deref())?.unwrap_or(0);
+        if offset < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "offset={offset} must not be negative"
+            )));
+        }
+        let slo_breach = match non_empty(self.slo).as_deref() {
+            None => None,
+            Some("breach") => Some(true),
+            Some("met") => Some(false),
+            Some(other) => {
+                return Err(Error::InvalidArgument(format!(
+                    "slo={other:?} is not breach or met"
+                )));
+            }
+        };
+        let th = ThresholdParams {
+            ttft_ms: self.ttft_ms,
+            tpot_ms: self.tpot_ms,
+            ..ThresholdParams::default()
+        }
+        .thresholds()?;
         Ok(RequestFilter {
-            instance: non_empty(self.instance),
+            instances: non_empty(self.instance)
+                .map(|v| {
+                    v.split(',')
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
             engine: non_empty(self.engine),
             model: non_empty(self.model),
             from_ns: parse_int("from", self.from.as_deref())?,
             to_ns: parse_int("to", self.to.as_deref())?,
+            find: non_empty(self.find).map(|f| f.trim().to_string()),
+            slo_breach,
+            slo_ns: ((th.ttft_ms * 1e6) as i64, (th.tpot_ms * 1e6) as i64),
             order,
             limit,
+            offset,
         })
     }
 }
@@ -113,8 +156,10 @@ async fn list_requests(
     Query(params): Query<ListParams>,
 ) -> Result<Json<RequestList>> {
     let filter = params.into_filter()?;
+    let (requests, total) = store.list_requests(&filter).await?;
     Ok(Json(RequestList {
-        requests: store.list_requests(&filter).await?,
+        requests,
+        total: Some(total),
     }))
 }
 
@@ -254,12 +299,13 @@ async fn diagnose_window(
             "limit={limit} must be between 1 and 5000"
         )));
     }
-    let from = parse_int("from", p.from.as_deref())?;
-    let to = parse_int("to", p.to.as_deref())?;
-    let instance = non_empty(p.instance.clone());
-    let diagnoses = store
-        .diagnose_window(instance.as_deref(), from, to, &th, limit)
-        .await?;
+    let filter = RequestFilter {
+        instances: non_empty(p.instance.clone()).into_iter().collect(),
+        from_ns: parse_int("from", p.from.as_deref())?,
+        to_ns: parse_int("to", p.to.as_deref())?,
+        ..RequestFilter::default()
+    };
+    let diagnoses = store.diagnose_window(&filter, &th, limit).await?;
     Ok(Json(DiagnosisList { diagnoses }))
 }
 
@@ -272,9 +318,13 @@ struct WaterfallParams {
     compact: Option<String>,
     first_row: Option<String>,
     rows: Option<String>,
+    focus: Option<String>,
+    /// Request ids, comma-separated, to show right below `focus`.
+    pull: Option<String>,
 }
 
-/// `GET /api/v1/waterfall?instance=&from=&to=&width_px=&compact=`: tracks and the iteration lane.
+/// `GET /api/v1/waterfall?instance=&from=&to=&width_px=&compact=&first_row=&rows=&focus=&pull=`:
+/// tracks and the iteration lane.
 async fn waterfall(
     State(store): State<Store>,
     Query(p): Query<WaterfallParams>,
@@ -295,10 +345,14 @@ async fn waterfall(
     let view = crate::store::Rows {
         first_row: first_row as u32,
         rows: rows as u32,
+        focus: non_empty(p.focus),
+        pull: non_empty(p.pull)
+            .map(|v| v.split(',').map(str::to_string).collect())
+            .unwrap_or_default(),
     };
     Ok(Json(
         store
-            .waterfall(&instance, from, to, width, compact, view)
+            .waterfall(&instance, from, to, width, compact, &view)
             .await?,
     ))
 }
@@ -308,8 +362,6 @@ struct LatencyParams {
     #[serde(flatten)]
     list: ListParams,
     width_px: Option<String>,
-    ttft_ms: Option<String>,
-    tpot_ms: Option<String>,
 }
 
 /// `GET /api/v1/latency?instance=&engine=&model=&from=&to=&width_px=&ttft_ms=&tpot_ms=`:
@@ -319,19 +371,10 @@ async fn latency(
     Query(p): Query<LatencyParams>,
 ) -> Result<Json<LatencySeries>> {
     let width = width_px(p.width_px.as_deref(), 600, 5_000)?;
-    // The SLOs are the diagnosis's, with the same defaults and checks.
-    let th = ThresholdParams {
-        ttft_ms: p.ttft_ms,
-        tpot_ms: p.tpot_ms,
-        ..ThresholdParams::default()
-    }
-    .thresholds()?;
     let filter = p.list.into_filter()?;
-    Ok(Json(
-        store
-            .latency(&filter, width, (th.ttft_ms, th.tpot_ms))
-            .await?,
-    ))
+    // The SLOs are the diagnosis's, with the same defaults and checks.
+    let slo_ms = (filter.slo_ns.0 as f64 / 1e6, filter.slo_ns.1 as f64 / 1e6);
+    Ok(Json(store.latency(&filter, width, slo_ms).await?))
 }
 
 async fn readyz(State(store): State<Store>) -> Result<(StatusCode, &'static str)> {

@@ -9,7 +9,10 @@ use app::model::{Iteration, Nanos, RequestTrace};
 
 use std::collections::BTreeMap;
 
-use super::{CLOCK_SLACK_NS, REQUEST_LOOKBACK_NS, Store, batch_block, read::count, write::Detail};
+use super::{
+    CLOCK_SLACK_NS, REQUEST_LOOKBACK_NS, RequestFilter, Store, batch_block, read::count,
+    write::Detail,
+};
 use crate::error::Result;
 
 /// Requests diagnosed together from one read of their surroundings (`GET /api/v1/diagnosis`).
@@ -140,24 +143,20 @@ impl Store {
         Ok(one.remove(0))
     }
 
-    /// The degraded requests among the first `limit` in a window, worst first.
+    /// The degraded requests among the first `limit` that match `f` (its instances, engine,
+    /// model and window), worst first.
     pub async fn diagnose_window(
         &self,
-        instance: Option<&str>,
-        from: Option<Nanos>,
-        to: Option<Nanos>,
+        f: &RequestFilter,
         th: &Thresholds,
         limit: i64,
     ) -> Result<Vec<Diagnosis>> {
-        let window = (from.unwrap_or(Nanos::MIN), to.unwrap_or(Nanos::MAX));
         let mut out = Vec::new();
         let (mut after, mut left) = (None, limit);
         // A page of neighbours in arrival order at a time: one read of their surroundings per
         // instance, and memory bounded by a page's tokens rather than the whole window's.
         while left > 0 {
-            let page = self
-                .load_window(instance, window, after.as_ref(), left.min(PAGE))
-                .await?;
+            let page = self.load_window(f, after.as_ref(), left.min(PAGE)).await?;
             left -= page.len() as i64;
             after = page
                 .last()

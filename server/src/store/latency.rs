@@ -11,29 +11,21 @@ use crate::error::{Error, Result};
 const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
 
 impl Store {
-    /// `f`'s instance, engine, model and window; its order and limit do not apply.
+    /// `f`'s instances, engine, model and window; its order, paging, find and SLO filter do not
+    /// apply.
     pub async fn latency(
         &self,
         f: &RequestFilter,
         width_px: u32,
         (ttft_slo_ms, tpot_slo_ms): (f64, f64),
     ) -> Result<LatencySeries> {
+        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
         let to = match f.to_ns {
             Some(to) => to,
-            None => {
-                sqlx::query_scalar!(
-                    r#"SELECT max(r.arrival_ns) + 1 AS newest
-                       FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-                       WHERE ($1::text IS NULL OR i.instance_key = $1) AND ($2::text IS NULL OR i.engine = $2)
-                         AND ($3::text IS NULL OR m.name = $3)"#,
-                    f.instance,
-                    f.engine,
-                    f.model,
-                )
-                .fetch_one(&self.pool)
+            None => self
+                .newest_arrival(f)
                 .await?
-                .unwrap_or_else(crate::clock::now_ns)
-            }
+                .map_or_else(crate::clock::now_ns, |t| t + 1),
         };
         let from = f.from_ns.unwrap_or(to - DEFAULT_WINDOW_NS);
         if from >= to {
@@ -54,10 +46,10 @@ impl Store {
                       count(*) FILTER (WHERE r.ttft_ns > $7)::int AS "ttft_over!",
                       count(*) FILTER (WHERE r.tpot_ns > $8)::int AS "tpot_over!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE ($1::text IS NULL OR i.instance_key = $1) AND ($2::text IS NULL OR i.engine = $2)
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
                  AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                GROUP BY 1 ORDER BY 1"#,
-            f.instance,
+            instances,
             f.engine,
             f.model,
             from,
@@ -93,5 +85,21 @@ impl Store {
                 })
                 .collect(),
         })
+    }
+
+    /// Arrival of the newest request that matches `f`'s instances, engine and model (any time).
+    pub async fn newest_arrival(&self, f: &RequestFilter) -> Result<Option<Nanos>> {
+        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
+        Ok(sqlx::query_scalar!(
+            r#"SELECT max(r.arrival_ns) AS newest
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+                 AND ($3::text IS NULL OR m.name = $3)"#,
+            instances,
+            f.engine,
+            f.model,
+        )
+        .fetch_one(&self.pool)
+        .await?)
     }
 }

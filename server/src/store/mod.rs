@@ -2,6 +2,7 @@
 
 mod batch_block;
 mod bytes;
+mod compare;
 mod diagnosis;
 mod latency;
 mod partitions;
@@ -21,7 +22,7 @@ use app::model::Nanos;
 use crate::error::Result;
 
 pub use partitions::DAY_NS;
-pub use read::RequestFilter;
+pub use read::{ORDER_KEYS, Order, RequestFilter};
 pub use waterfall::Rows;
 
 /// Requests are assumed to last less than this when looking back for ones that overlap a window

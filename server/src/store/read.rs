@@ -43,17 +43,64 @@ struct StoredRequest {
     tokens: Option<Vec<u8>>,
 }
 
-/// Filters of `GET /api/v1/requests`; `None` means "any".
+/// Filters of `GET /api/v1/requests` (and of the latency and compare views); empty or `None`
+/// means "any".
 #[derive(Debug, Default, Clone)]
 pub struct RequestFilter {
-    pub instance: Option<String>,
+    /// Any of these instances.
+    pub instances: Vec<String>,
     pub engine: Option<String>,
     pub model: Option<String>,
     pub from_ns: Option<Nanos>,
     pub to_ns: Option<Nanos>,
-    /// "start" (arrival, oldest first), "recent" (newest first), "ttft_desc", "tpot_desc".
-    pub order: String,
+    /// A request id, or a W3C trace id (32 hex digits) that finds every request of the trace.
+    pub find: Option<String>,
+    /// Only requests that broke (`Some(true)`) or met (`Some(false)`) an SLO.
+    pub slo_breach: Option<bool>,
+    /// TTFT and TPOT SLOs, in nanoseconds, for `slo_breach`.
+    pub slo_ns: (Nanos, Nanos),
+    pub order: Order,
     pub limit: i64,
+    pub offset: i64,
+}
+
+/// The columns a request list can be sorted by.
+pub const ORDER_KEYS: [&str; 7] = [
+    "arrival", "ttft", "tpot", "e2e", "queue", "prompt", "output",
+];
+
+/// A list's order: a column of `ORDER_KEYS` and a direction. Requests without the value (no
+/// first token, say) come last either way; ties are broken by arrival and id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    pub key: &'static str,
+    pub descending: bool,
+}
+
+impl Default for Order {
+    fn default() -> Self {
+        Self {
+            key: "arrival",
+            descending: false,
+        }
+    }
+}
+
+impl Order {
+    /// `ttft_desc`, `e2e_asc`, `prompt` (ascending); `start` and `recent` as before.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (key, descending) = match s {
+            "start" => ("arrival", false),
+            "recent" => ("arrival", true),
+            _ => match s.rsplit_once('_') {
+                Some((k, "desc")) => (k, true),
+                Some((k, "asc")) => (k, false),
+                _ => (s, false),
+            },
+        };
+        let key = ORDER_KEYS.iter().find(|&&k| k == key)?;
+        Some(Self { key, descending })
+    }
 }
 
 fn engine(s: &str) -> EngineKind {
@@ -65,32 +112,62 @@ pub(super) fn count(v: i32) -> u32 {
     u32::try_from(v).unwrap_or(0)
 }
 
+/// A W3C trace id as bytes, when `s` is one (32 hex digits).
+fn trace_id_bytes(s: &str) -> Option<Vec<u8>> {
+    if s.len() != 32 {
+        return None;
+    }
+    (0..16)
+        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
+}
+
 impl Store {
-    pub async fn list_requests(&self, f: &RequestFilter) -> Result<Vec<RequestSummary>> {
+    /// A page of the requests that match `f`, in its order, and how many match in all.
+    pub async fn list_requests(&self, f: &RequestFilter) -> Result<(Vec<RequestSummary>, u64)> {
+        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
+        let trace = f.find.as_deref().and_then(trace_id_bytes);
         let rows = sqlx::query!(
             r#"SELECT r.request_id, i.engine, i.instance_key, m.name AS model, r.arrival_ns, r.ttft_ns, r.tpot_ns,
-                      r.e2e_ns, r.queue_ns, r.prompt_tokens, r.output_tokens, r.finish_reason
+                      r.e2e_ns, r.queue_ns, r.prompt_tokens, r.output_tokens, r.finish_reason,
+                      count(*) OVER () AS "total!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE ($1::text IS NULL OR i.instance_key = $1)
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2)
                  AND ($3::text IS NULL OR m.name = $3)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
-               ORDER BY CASE WHEN $6::text = 'ttft_desc' THEN r.ttft_ns END DESC NULLS LAST,
-                        CASE WHEN $6::text = 'tpot_desc' THEN r.tpot_ns END DESC NULLS LAST,
-                        CASE WHEN $6::text = 'recent' THEN r.arrival_ns END DESC,
-                        r.arrival_ns, r.request_id
-               LIMIT $7"#,
-            f.instance,
+                 AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
+                 AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
+               ORDER BY (CASE $11::text WHEN 'ttft' THEN r.ttft_ns WHEN 'tpot' THEN r.tpot_ns
+                                        WHEN 'e2e' THEN r.e2e_ns WHEN 'queue' THEN r.queue_ns
+                                        WHEN 'prompt' THEN r.prompt_tokens WHEN 'output' THEN r.output_tokens
+                                        ELSE r.arrival_ns END) * $12 NULLS LAST,
+                        r.arrival_ns * $12, r.request_id
+               LIMIT $13 OFFSET $14"#,
+            instances,
             f.engine,
             f.model,
             f.from_ns.unwrap_or(Nanos::MIN),
             f.to_ns.unwrap_or(Nanos::MAX),
-            f.order,
+            f.find,
+            trace,
+            f.slo_breach,
+            f.slo_ns.0,
+            f.slo_ns.1,
+            f.order.key,
+            if f.order.descending { -1i64 } else { 1 },
             f.limit,
+            f.offset,
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
+        // Past the last page the window function has no row to count on.
+        let total = match rows.first() {
+            Some(r) => r.total as u64,
+            None if f.offset > 0 => self.count_requests(f).await?,
+            None => 0,
+        };
+        let page = rows
             .into_iter()
             .map(|r| RequestSummary {
                 request_id: r.request_id,
@@ -106,7 +183,17 @@ impl Store {
                 output_tokens: count(r.output_tokens),
                 finish_reason: FinishReason::parse(&r.finish_reason).unwrap_or_default(),
             })
-            .collect())
+            .collect();
+        Ok((page, total))
+    }
+
+    async fn count_requests(&self, f: &RequestFilter) -> Result<u64> {
+        let page = RequestFilter {
+            offset: 0,
+            limit: 1,
+            ..f.clone()
+        };
+        Ok(Box::pin(self.list_requests(&page)).await?.1)
     }
 
     /// One stored request as the model, with where it ran.
@@ -146,28 +233,31 @@ impl Store {
         self.decode_request(row).await
     }
 
-    /// A page of the stored requests of a window on one instance or all, oldest first: at most
-    /// `limit`, after the (arrival, request id) `after` when given (keyset paging).
+    /// A page of the stored requests that match `f`'s instances, engine, model and window, oldest
+    /// first: at most `limit`, after the (arrival, request id) `after` when given (keyset paging).
     pub async fn load_window(
         &self,
-        instance: Option<&str>,
-        (from, to): (Nanos, Nanos),
+        f: &RequestFilter,
         after: Option<&(Nanos, String)>,
         limit: i64,
     ) -> Result<Vec<Loaded>> {
+        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
         let rows = sqlx::query_as!(
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
                       r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE ($1::text IS NULL OR i.instance_key = $1) AND r.arrival_ns >= $2 AND r.arrival_ns < $3
-                 AND ($4::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($4, $5::text))
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+                 AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($6::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($6, $7::text))
                ORDER BY r.arrival_ns, r.request_id
-               LIMIT $6"#,
-            instance,
-            from,
-            to,
+               LIMIT $8"#,
+            instances,
+            f.engine,
+            f.model,
+            f.from_ns.unwrap_or(Nanos::MIN),
+            f.to_ns.unwrap_or(Nanos::MAX),
             after.map(|a| a.0),
             after.map(|a| a.1.as_str()),
             limit

@@ -21,11 +21,15 @@ const DETAIL_PX: Nanos = 4;
 const NARROW_PX: Nanos = 2;
 const CLUSTER_PX: Nanos = 8;
 
-/// The rows the client shows (virtualized: a viewport's worth at a time).
-#[derive(Clone, Copy, Debug)]
+/// The rows the client shows (virtualized: a viewport's worth at a time), and the request it
+/// focuses on with the requests it wants next to it.
+#[derive(Clone, Debug, Default)]
 pub struct Rows {
     pub first_row: u32,
     pub rows: u32,
+    pub focus: Option<String>,
+    /// Moved to the rows right below the focused request (not in compact mode).
+    pub pull: Vec<String>,
 }
 
 impl Store {
@@ -36,7 +40,7 @@ impl Store {
         to: Option<Nanos>,
         width_px: u32,
         compact: bool,
-        view: Rows,
+        view: &Rows,
     ) -> Result<Waterfall> {
         let inst = sqlx::query!(
             "SELECT id, last_seen_ns FROM instances WHERE instance_key = $1",
@@ -81,7 +85,15 @@ impl Store {
                 }
             })
             .collect();
-        let (placed, rows) = waterfall::tracks(placed, compact, gap);
+        let (mut placed, rows) = waterfall::tracks(placed, compact, gap);
+        let focus_row = match &view.focus {
+            Some(focus) if !compact => waterfall::pull_next_to(&mut placed, focus, &view.pull),
+            Some(focus) => placed
+                .iter()
+                .find(|t| &t.request_id == focus)
+                .map(|t| t.row),
+            None => None,
+        };
         let mut tracks: Vec<Track> = placed
             .into_iter()
             .filter(|t| t.row >= view.first_row && t.row < view.first_row + view.rows)
@@ -152,6 +164,7 @@ impl Store {
             width_px,
             rows,
             first_row: view.first_row,
+            focus_row,
             tracks,
             clusters,
             lane,

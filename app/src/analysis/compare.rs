@@ -1,0 +1,200 @@
+//! Two sets of requests side by side ("before and after the deploy"): the percentile deltas, and
+//! a one-line answer to "what changed".
+
+use crate::api::{CauseCount, CompareSide, Delta, HistogramBin, Percentiles};
+
+/// Histogram bins per doubling of latency: fine enough to see a shift of 20 %.
+pub const BINS_PER_OCTAVE: f64 = 4.0;
+
+/// Changes smaller than this (percent) are noise in a headline.
+const NOTABLE_PCT: f64 = 5.0;
+
+/// The latency range of histogram bin `k` (bin 0 starts at 1 ms).
+pub fn bin(k: i32, requests: u32) -> HistogramBin {
+    let edge = |k: i32| 2f64.powf(f64::from(k) / BINS_PER_OCTAVE);
+    HistogramBin {
+        lo_ms: edge(k),
+        hi_ms: edge(k + 1),
+        requests,
+    }
+}
+
+fn metrics(s: &CompareSide) -> [(&'static str, Option<Percentiles>); 4] {
+    [
+        ("ttft", s.ttft_ms),
+        ("tpot", s.tpot_ms),
+        ("queue", s.queue_ms),
+        ("e2e", s.e2e_ms),
+    ]
+}
+
+/// B against A for every metric and percentile both sides have.
+pub fn deltas(a: &CompareSide, b: &CompareSide) -> Vec<Delta> {
+    let mut out = Vec::new();
+    for ((metric, pa), (_, pb)) in metrics(a).into_iter().zip(metrics(b)) {
+        let (Some(pa), Some(pb)) = (pa, pb) else {
+            continue;
+        };
+        for (percentile, a_ms, b_ms) in [
+            ("p50", pa.p50, pb.p50),
+            ("p90", pa.p90, pb.p90),
+            ("p99", pa.p99, pb.p99),
+        ] {
+            out.push(Delta {
+                metric: metric.into(),
+                percentile: percentile.into(),
+                a_ms,
+                b_ms,
+                delta_ms: b_ms - a_ms,
+                delta_pct: (a_ms > 0.0).then(|| (b_ms - a_ms) / a_ms * 100.0),
+            });
+        }
+    }
+    out
+}
+
+fn signed_duration(ms: f64) -> String {
+    let sign = if ms < 0.0 { "−" } else { "+" };
+    let v = ms.abs();
+    if v >= 1000.0 {
+        format!("{sign}{:.2} s", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{sign}{v:.0} ms")
+    } else {
+        format!("{sign}{v:.1} ms")
+    }
+}
+
+fn cause_count(causes: &[CauseCount], c: crate::analysis::diagnosis::Cause) -> u32 {
+    causes
+        .iter()
+        .find(|x| x.cause == c)
+        .map_or(0, |x| x.requests)
+}
+
+fn cause_name(c: crate::analysis::diagnosis::Cause) -> String {
+    serde_json::to_value(c)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// "TTFT p90 +340 ms (+62 %) in B; queue_backlog 3 → 41": the p90 that moved most (relative to
+/// A), then the cause whose count moved most.
+pub fn headline(a: &CompareSide, b: &CompareSide, deltas: &[Delta]) -> String {
+    if a.requests == 0 || b.requests == 0 {
+        let empty = if a.requests == 0 { "A" } else { "B" };
+        return format!("Side {empty} has no requests: widen its range or change its filters.");
+    }
+    let mut parts = Vec::new();
+    let biggest = deltas
+        .iter()
+        .filter(|d| d.percentile == "p90")
+        .filter_map(|d| d.delta_pct.map(|p| (d, p)))
+        .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()));
+    match biggest {
+        Some((d, pct)) if pct.abs() >= NOTABLE_PCT => parts.push(format!(
+            "{} p90 {} ({}{:.0} %) in B",
+            d.metric.to_uppercase(),
+            signed_duration(d.delta_ms),
+            if pct < 0.0 { "−" } else { "+" },
+            pct.abs()
+        )),
+        _ => parts.push(format!(
+            "No p90 latency moved by {NOTABLE_PCT:.0} % or more"
+        )),
+    }
+    let mut causes: Vec<_> = a.causes.iter().chain(&b.causes).map(|c| c.cause).collect();
+    causes.sort();
+    causes.dedup();
+    let moved = causes
+        .into_iter()
+        .map(|c| (c, cause_count(&a.causes, c), cause_count(&b.causes, c)))
+        .filter(|(_, x, y)| x != y)
+        .max_by_key(|(_, x, y)| x.abs_diff(*y));
+    if let Some((c, x, y)) = moved {
+        parts.push(format!("{} {x} → {y}", cause_name(c)));
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::diagnosis::Cause;
+    use crate::api::LatencySeries;
+
+    fn side(ttft_p90: f64, causes: &[(Cause, u32)]) -> CompareSide {
+        let p = |v: f64| Percentiles {
+            p50: v / 2.0,
+            p90: v,
+            p99: v * 2.0,
+        };
+        CompareSide {
+            instances: vec!["gpu-0".into()],
+            engine: None,
+            model: None,
+            from_ns: 0,
+            to_ns: 1,
+            requests: 100,
+            ttft_ms: Some(p(ttft_p90)),
+            tpot_ms: Some(p(20.0)),
+            queue_ms: None,
+            e2e_ms: Some(p(1000.0)),
+            series: LatencySeries {
+                from_ns: 0,
+                to_ns: 1,
+                bucket_ns: 1,
+                ttft_slo_ms: 2000.0,
+                tpot_slo_ms: 50.0,
+                buckets: vec![],
+            },
+            ttft_histogram: vec![],
+            tpot_histogram: vec![],
+            causes: causes
+                .iter()
+                .map(|&(cause, requests)| CauseCount {
+                    cause,
+                    requests,
+                    examples: vec![],
+                })
+                .collect(),
+            diagnosed: 100,
+        }
+    }
+
+    #[test]
+    fn headline_names_the_biggest_p90_move_and_the_cause_that_grew() {
+        let a = side(550.0, &[(Cause::QueueBacklog, 3)]);
+        let b = side(890.0, &[(Cause::QueueBacklog, 41), (Cause::KvPreempted, 2)]);
+        let d = deltas(&a, &b);
+        assert_eq!(d.len(), 9, "queue has no percentiles on side A");
+        assert_eq!(
+            headline(&a, &b, &d),
+            "TTFT p90 +340 ms (+62 %) in B; queue_backlog 3 → 41"
+        );
+    }
+
+    #[test]
+    fn small_moves_are_not_news_and_empty_sides_say_so() {
+        let a = side(550.0, &[]);
+        let b = side(560.0, &[]);
+        assert_eq!(
+            headline(&a, &b, &deltas(&a, &b)),
+            "No p90 latency moved by 5 % or more"
+        );
+        let empty = CompareSide {
+            requests: 0,
+            ..side(1.0, &[])
+        };
+        assert!(headline(&a, &empty, &[]).starts_with("Side B has no requests"));
+    }
+
+    #[test]
+    fn bins_double_every_four() {
+        assert_eq!(bin(0, 1).lo_ms, 1.0);
+        assert_eq!(bin(4, 1).lo_ms, 2.0);
+        assert!((bin(3, 1).hi_ms - 2.0).abs() < 1e-9);
+        assert_eq!(bin(-4, 1).lo_ms, 0.5);
+    }
+}

@@ -1,0 +1,153 @@
+//! The explorer's filter bar: instances, model, engine, range (presets and absolute, in the
+//! viewer's zone), SLO, and the find box for a request id or trace id.
+
+use leptos::html;
+use leptos::prelude::*;
+
+use super::state::{ExplorerQuery, PRESETS};
+use crate::api::InstanceInfo;
+use crate::ui::time::{Zone, input_value, parse_input};
+
+#[component]
+pub fn Filters(
+    instances: Vec<InstanceInfo>,
+    /// The view shown (the bar is drawn anew for each).
+    q: ExplorerQuery,
+    go: Callback<ExplorerQuery>,
+) -> impl IntoView {
+    let query = StoredValue::new(q.clone());
+    let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
+    let mut models: Vec<String> = instances.iter().map(|i| i.model.clone()).collect();
+    models.sort();
+    models.dedup();
+    let mut engines: Vec<String> = instances
+        .iter()
+        .map(|i| i.engine.as_str().to_string())
+        .collect();
+    engines.sort();
+    engines.dedup();
+    let (from_in, to_in, find_in) = (
+        NodeRef::<html::Input>::new(),
+        NodeRef::<html::Input>::new(),
+        NodeRef::<html::Input>::new(),
+    );
+    let apply_range = move |_| {
+        let z = zone.get_untracked();
+        let read = |r: NodeRef<html::Input>| r.get().and_then(|i| parse_input(&i.value(), &z));
+        if let (Some(from), Some(to)) = (read(from_in), read(to_in))
+            && from < to
+        {
+            go.run(query.get_value().with(|q| {
+                q.range.clear();
+                q.from = Some(from);
+                q.to = Some(to);
+            }));
+        }
+    };
+    let find = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let v = find_in
+            .get()
+            .map(|i| i.value().trim().to_string())
+            .unwrap_or_default();
+        go.run(query.get_value().with(|q| q.find = v));
+    };
+    let select = move |options: Vec<String>,
+                       current: String,
+                       label: &'static str,
+                       set: fn(&mut ExplorerQuery, String)| {
+        view! {
+            <label class="field">{label}
+                <select on:change=move |ev| {
+                    let v = event_target_value(&ev);
+                    go.run(query.get_value().with(|q| set(q, v)));
+                }>
+                    <option value="" selected=current.is_empty()>"all"</option>
+                    {options.into_iter().map(|o| {
+                        let sel = o == current;
+                        view! { <option value=o.clone() selected=sel>{o.clone()}</option> }
+                    }).collect_view()}
+                </select>
+            </label>
+        }
+    };
+    let chips = instances
+        .iter()
+        .map(|i| {
+            let on = q.instances().contains(&i.instance.as_str());
+            let href = q.toggle_instance(&i.instance).href();
+            let title = format!("{} · {} · {}", i.engine.as_str(), i.model, i.role.as_str());
+            view! { <a class="chip" class:on=on href=href title=title>{i.instance.clone()}</a> }
+        })
+        .collect_view();
+    let presets = PRESETS
+        .iter()
+        .map(|&(key, label, _)| {
+            let on = q.range == key;
+            let href = q
+                .with(|x| {
+                    x.range = key.into();
+                    x.from = None;
+                    x.to = None;
+                })
+                .href();
+            view! { <a class="chip" class:on=on href=href>{label}</a> }
+        })
+        .collect_view();
+    let latest = q
+        .with(|x| {
+            x.range.clear();
+            x.from = None;
+            x.to = None;
+        })
+        .href();
+    let latest_on = q.range.is_empty() && q.from.is_none();
+    let slo_now = q.slo.clone();
+    let (qf, qt) = (q.from, q.to);
+    view! {
+        <section class="panel filters" data-testid="filters">
+            <div class="filter-row">
+                <span class="field-label">"Instances"</span>
+                <div class="chips" data-testid="instance-chips">
+                    {if instances.is_empty() {
+                        view! { <span class="empty">"No engine has reported yet: point its OTLP exporter (--otlp-traces-endpoint) at port 4317 of this server."</span> }.into_any()
+                    } else { chips.into_any() }}
+                </div>
+            </div>
+            <div class="filter-row">
+                {select(models, q.model.clone(), "Model", |q, v| q.model = v)}
+                {select(engines, q.engine.clone(), "Engine", |q, v| q.engine = v)}
+                <label class="field">"SLO"
+                    <select data-testid="slo-filter" on:change=move |ev| {
+                        let v = event_target_value(&ev);
+                        go.run(query.get_value().with(|q| q.slo = v));
+                    }>
+                        <option value="" selected=slo_now.is_empty()>"any"</option>
+                        <option value="breach" selected=slo_now == "breach">"breached"</option>
+                        <option value="met" selected=slo_now == "met">"met"</option>
+                    </select>
+                </label>
+                <form class="find" on:submit=find action="/" method="get">
+                    <input node_ref=find_in name="find" type="search" data-testid="find"
+                        placeholder="Find a request id or trace id…" value=q.find.clone()/>
+                    <button type="submit">"Find"</button>
+                </form>
+            </div>
+            <div class="filter-row">
+                <span class="field-label">"Range"</span>
+                <div class="chips">
+                    <a class="chip" class:on=latest_on href=latest title="The hour before the newest request">"latest"</a>
+                    {presets}
+                </div>
+                <label class="field">"from"
+                    <input node_ref=from_in type="datetime-local" step="1"
+                        value=move || qf.map(|t| input_value(t, &zone.get())).unwrap_or_default()/></label>
+                <label class="field">"to"
+                    <input node_ref=to_in type="datetime-local" step="1"
+                        value=move || qt.map(|t| input_value(t, &zone.get())).unwrap_or_default()/></label>
+                <button on:click=apply_range>"Apply"</button>
+                <span class="zone" data-testid="zone">{move || zone.get().label()}</span>
+            </div>
+        </section>
+    }
+}

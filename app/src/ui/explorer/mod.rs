@@ -1,0 +1,113 @@
+//! The explorer (`/`): filters and range, TTFT/TPOT percentiles over time (drag to narrow), and
+//! the request table, slowest first, each row linking to its waterfall moment.
+
+mod filters;
+pub mod state;
+pub mod table;
+
+use leptos::prelude::*;
+use leptos_router::hooks::{use_navigate, use_query_map};
+
+use super::chart::{LatencyChart, Metric};
+use super::fetch::get_json;
+use super::query::{build, opt};
+use super::time::now_ns;
+use crate::api::{InstanceList, LatencySeries, RequestList};
+use state::{ExplorerQuery, PAGE_ROWS};
+
+/// What one URL of the explorer shows: the series (which also settles the window) and a page.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ExplorerData {
+    pub series: LatencySeries,
+    pub list: RequestList,
+}
+
+async fn load(q: ExplorerQuery) -> Result<ExplorerData, String> {
+    let (from, to) = q.window(now_ns());
+    let mut params = q.filters();
+    params.extend([
+        ("from", opt(from)),
+        ("to", opt(to)),
+        ("width_px", "280".into()),
+    ]);
+    let series: LatencySeries = get_json(format!("/api/v1/latency{}", build(&params))).await?;
+    let mut params = q.filters();
+    // A find looks at all time: the id is what the user has, not when it ran.
+    if q.find.is_empty() {
+        params.extend([
+            ("from", series.from_ns.to_string()),
+            ("to", series.to_ns.to_string()),
+        ]);
+    }
+    params.extend([
+        ("find", q.find.clone()),
+        ("slo", q.slo.clone()),
+        ("order", q.order.clone()),
+        ("limit", PAGE_ROWS.to_string()),
+        ("offset", (q.page * PAGE_ROWS).to_string()),
+    ]);
+    let list = get_json(format!("/api/v1/requests{}", build(&params))).await?;
+    Ok(ExplorerData { series, list })
+}
+
+#[component]
+pub fn Explorer() -> impl IntoView {
+    let params = use_query_map();
+    let query = Memo::new(move |_| ExplorerQuery::from_params(&params.get()));
+    let instances = Resource::new(
+        || (),
+        |_| get_json::<InstanceList>("/api/v1/instances".into()),
+    );
+    let data = Resource::new(move || query.get(), load);
+    let navigate = use_navigate();
+    let go = Callback::new(move |q: ExplorerQuery| navigate(&q.href(), Default::default()));
+    let narrow = Callback::new(move |(from, to)| {
+        go.run(query.get_untracked().with(|q| {
+            q.range.clear();
+            q.from = Some(from);
+            q.to = Some(to);
+        }))
+    });
+    view! {
+        <Suspense fallback=|| view! { <div class="panel skeleton filters-skeleton">"Loading filters…"</div> }>
+            {move || instances.get().map(|r| match r {
+                Ok(list) => view! { <filters::Filters instances=list.instances q=query.get() go=go/> }.into_any(),
+                Err(e) => view! { <p class="panel error">"Could not load the instances: " {e} ". Is the server up? Try reloading."</p> }.into_any(),
+            })}
+        </Suspense>
+        <Suspense fallback=|| view! { <ExplorerSkeleton/> }>
+            {move || data.get().map(|r| match r {
+                Err(e) => view! { <p class="panel error" data-testid="explorer-error">"Could not load requests: " {e}</p> }.into_any(),
+                Ok(d) => view! {
+                    <section class="panel charts" data-testid="latency-charts">
+                        <div class="chart-head">
+                            <h2>"Latency over time"</h2>
+                            <span class="legend">
+                                <i class="l-p50"></i>"p50" <i class="l-p90"></i>"p90" <i class="l-p99"></i>"p99"
+                                <i class="l-slo"></i>"SLO" <i class="l-breach"></i>"requests over SLO"
+                            </span>
+                            <span class="hint">"Drag across a chart to narrow the range"</span>
+                        </div>
+                        <div class="chart-pair">
+                            <figure><figcaption>"Time to first token"</figcaption>
+                                <LatencyChart series=d.series.clone() metric=Metric::Ttft brush=narrow/></figure>
+                            <figure><figcaption>"Time per output token"</figcaption>
+                                <LatencyChart series=d.series.clone() metric=Metric::Tpot brush=narrow/></figure>
+                        </div>
+                    </section>
+                    <table::Requests data=d query=query.get_untracked()/>
+                }.into_any(),
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn ExplorerSkeleton() -> impl IntoView {
+    view! {
+        <section class="panel charts skeleton-block" aria-busy="true"><div class="bar"></div><div class="bar"></div></section>
+        <section class="panel skeleton-block" aria-busy="true">
+            {(0..8).map(|_| view! { <div class="row"></div> }).collect_view()}
+        </section>
+    }
+}

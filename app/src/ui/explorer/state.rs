@@ -1,0 +1,183 @@
+//! The explorer's state, which is its URL: filters, range, SLO filter, order, page, find.
+
+use leptos_router::params::ParamsMap;
+
+use crate::model::Nanos;
+use crate::ui::query::{build, opt};
+use crate::ui::time::{HOUR, MINUTE};
+
+pub const PAGE_ROWS: u32 = 100;
+pub const DEFAULT_ORDER: &str = "tpot_desc";
+/// Range presets, relative to now.
+pub const PRESETS: [(&str, &str, Nanos); 4] = [
+    ("15m", "15 min", 15 * MINUTE),
+    ("1h", "1 h", HOUR),
+    ("6h", "6 h", 6 * HOUR),
+    ("24h", "24 h", 24 * HOUR),
+];
+
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ExplorerQuery {
+    /// Instances, comma-separated; empty = all.
+    pub instance: String,
+    pub model: String,
+    pub engine: String,
+    /// A preset of `PRESETS`, or empty.
+    pub range: String,
+    pub from: Option<Nanos>,
+    pub to: Option<Nanos>,
+    /// `breach`, `met` or empty.
+    pub slo: String,
+    pub order: String,
+    pub page: u32,
+    pub find: String,
+}
+
+impl ExplorerQuery {
+    pub fn from_params(p: &ParamsMap) -> Self {
+        Self::from_lookup(|k| p.get(k))
+    }
+
+    /// The view of a URL whose query value for a key is `get(key)`.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
+        let s = |k: &str| get(k).unwrap_or_default();
+        let n = |k: &str| get(k).and_then(|v| v.parse().ok());
+        Self {
+            instance: s("instance"),
+            model: s("model"),
+            engine: s("engine"),
+            range: s("range"),
+            from: n("from"),
+            to: n("to"),
+            slo: s("slo"),
+            order: get("order").unwrap_or_else(|| DEFAULT_ORDER.into()),
+            page: n("page").unwrap_or(0) as u32,
+            find: s("find"),
+        }
+    }
+
+    /// This view's URL.
+    pub fn href(&self) -> String {
+        let order = if self.order == DEFAULT_ORDER {
+            String::new()
+        } else {
+            self.order.clone()
+        };
+        format!(
+            "/{}",
+            build(&[
+                ("instance", self.instance.clone()),
+                ("model", self.model.clone()),
+                ("engine", self.engine.clone()),
+                ("range", self.range.clone()),
+                ("from", opt(self.from)),
+                ("to", opt(self.to)),
+                ("slo", self.slo.clone()),
+                ("order", order),
+                ("page", opt((self.page > 0).then_some(self.page))),
+                ("find", self.find.clone()),
+            ])
+        )
+    }
+
+    /// The same view changed by `f`, back on its first page.
+    pub fn with(&self, f: impl FnOnce(&mut Self)) -> Self {
+        let mut q = self.clone();
+        q.page = 0;
+        f(&mut q);
+        q
+    }
+
+    /// The window to show: explicit, a preset before `now`, or `None` for the API's default
+    /// (the hour before the newest matching request).
+    pub fn window(&self, now: Nanos) -> (Option<Nanos>, Option<Nanos>) {
+        if let Some(&(_, _, len)) = PRESETS.iter().find(|p| p.0 == self.range) {
+            return (Some(now - len), Some(now));
+        }
+        (self.from, self.to)
+    }
+
+    /// The instance, engine and model filters as API parameters.
+    pub fn filters(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("instance", self.instance.clone()),
+            ("engine", self.engine.clone()),
+            ("model", self.model.clone()),
+        ]
+    }
+
+    pub fn instances(&self) -> Vec<&str> {
+        self.instance.split(',').filter(|s| !s.is_empty()).collect()
+    }
+
+    /// The view with `instance` added to, or removed from, the instance filter.
+    pub fn toggle_instance(&self, instance: &str) -> Self {
+        let mut list: Vec<&str> = self.instances();
+        match list.iter().position(|&i| i == instance) {
+            Some(at) => {
+                list.remove(at);
+            }
+            None => list.push(instance),
+        }
+        let joined = list.join(",");
+        self.with(|q| q.instance = joined)
+    }
+
+    /// The order after clicking a column's header: slowest (largest) first, then the reverse.
+    pub fn sorted_by(&self, key: &str) -> Self {
+        let desc = format!("{key}_desc");
+        let order = if self.order == desc {
+            format!("{key}_asc")
+        } else {
+            desc
+        };
+        self.with(|q| q.order = order)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_round_trips_and_defaults_stay_out_of_it() {
+        let q = ExplorerQuery {
+            instance: "gpu-7,gpu-8".into(),
+            range: "1h".into(),
+            slo: "breach".into(),
+            order: "e2e_asc".into(),
+            page: 2,
+            ..ExplorerQuery::default()
+        };
+        let href = q.href();
+        assert_eq!(
+            href,
+            "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&order=e2e_asc&page=2"
+        );
+        let pairs = crate::ui::query::parse(href.trim_start_matches('/'));
+        let lookup = |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone());
+        assert_eq!(ExplorerQuery::from_lookup(lookup), q);
+        let plain = ExplorerQuery::from_lookup(|_| None);
+        assert_eq!(plain.order, DEFAULT_ORDER);
+        assert_eq!(plain.href(), "/");
+    }
+
+    #[test]
+    fn sorting_toggles_and_filters_reset_the_page() {
+        let q = ExplorerQuery {
+            order: "tpot_desc".into(),
+            page: 3,
+            ..ExplorerQuery::default()
+        };
+        assert_eq!(q.sorted_by("tpot").order, "tpot_asc");
+        assert_eq!(q.sorted_by("ttft").order, "ttft_desc");
+        assert_eq!(q.sorted_by("ttft").page, 0);
+        let two = q.toggle_instance("a").toggle_instance("b");
+        assert_eq!(two.instance, "a,b");
+        assert_eq!(two.toggle_instance("a").instance, "b");
+        assert_eq!(
+            q.with(|q| q.range = "6h".into()).window(10 * HOUR),
+            (Some(4 * HOUR), Some(10 * HOUR))
+        );
+    }
+}

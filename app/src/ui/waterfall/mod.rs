@@ -1,0 +1,289 @@
+//! The waterfall (`/waterfall`): every request of an instance's window on a track, the iteration
+//! lane above them, a minimap of the whole window; zoom, pan, hover and select. Bars are drawn
+//! on canvas; labels, panel and controls are DOM. Data is fetched for the visible window and rows
+//! at the canvas's width, debounced, and the old picture is kept until the new one arrives.
+
+#[cfg(feature = "hydrate")]
+mod draw;
+pub mod geometry;
+#[cfg(feature = "hydrate")]
+mod interact;
+mod panel;
+pub mod state;
+
+use leptos::html;
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+
+use super::fetch::get_json;
+use super::time::{Zone, date_time, span};
+use crate::analysis::waterfall::Waterfall;
+use crate::api::{InstanceList, RequestDetail};
+use crate::model::Nanos;
+use geometry::Viewport;
+use state::WaterfallQuery;
+
+pub const ROW_H: f64 = 18.0;
+pub const LANE_H: f64 = 56.0;
+pub const AXIS_H: f64 = 22.0;
+pub const MINIMAP_H: f64 = 34.0;
+/// Rows fetched above and below the visible ones, so a scroll seldom shows empty rows.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+const ROW_MARGIN: u32 = 40;
+
+/// What the selected request adds to the picture.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    pub request: Option<String>,
+    /// Requests whose prefills the diagnosis blames.
+    pub culprits: Vec<String>,
+    /// Spans in which the request waited longer than its SLO for its next token (or first).
+    pub stalls: Vec<(Nanos, Nanos)>,
+    pub token_times: Vec<Nanos>,
+    /// Arrival to finish.
+    pub extent: Option<(Nanos, Nanos)>,
+}
+
+/// The stalled spans of a request: the wait for the first token when it broke the TTFT SLO,
+/// and every gap between tokens longer than the TPOT SLO.
+pub fn stalls(d: &RequestDetail, ttft_slo_ms: f64, tpot_slo_ms: f64) -> Vec<(Nanos, Nanos)> {
+    let times: Vec<Nanos> = d.tokens.iter().filter_map(|t| t.emitted_ns).collect();
+    let mut out = Vec::new();
+    if let Some(&first) = times.first()
+        && (first - d.summary.arrival_ns) as f64 / 1e6 > ttft_slo_ms
+    {
+        out.push((d.summary.arrival_ns, first));
+    }
+    let slo = (tpot_slo_ms * 1e6) as Nanos;
+    out.extend(
+        times
+            .windows(2)
+            .filter(|w| w[1] - w[0] > slo)
+            .map(|w| (w[0], w[1])),
+    );
+    out
+}
+
+#[component]
+pub fn WaterfallPage() -> impl IntoView {
+    let params = use_query_map();
+    let q = params.with_untracked(WaterfallQuery::from_params);
+    if q.instance.is_empty() {
+        return view! { <InstancePicker/> }.into_any();
+    }
+    view! { <Waterfall q=q/> }.into_any()
+}
+
+/// Without an instance: the instances to choose from.
+#[component]
+fn InstancePicker() -> impl IntoView {
+    let instances = Resource::new(
+        || (),
+        |_| get_json::<InstanceList>("/api/v1/instances".into()),
+    );
+    view! {
+        <section class="panel">
+            <h2>"Waterfall: choose an instance"</h2>
+            <Suspense fallback=|| view! { <p class="skeleton">"Loading instances…"</p> }>
+                {move || instances.get().map(|r| match r {
+                    Err(e) => view! { <p class="error">{e}</p> }.into_any(),
+                    Ok(l) if l.instances.is_empty() => view! { <p class="empty">"No engine has reported yet: point its OTLP exporter (--otlp-traces-endpoint) at port 4317 of this server."</p> }.into_any(),
+                    Ok(l) => view! { <ul class="instance-list">{l.instances.into_iter().map(|i| {
+                        let href = WaterfallQuery { instance: i.instance.clone(), ..Default::default() }.href();
+                        view! { <li><a href=href>{i.instance.clone()}</a>" · "{i.engine.as_str()}" · "{i.model.clone()}</li> }
+                    }).collect_view()}</ul> }.into_any(),
+                })}
+            </Suspense>
+        </section>
+    }
+}
+
+/// Everything the interaction code reads and writes.
+#[derive(Clone, Copy)]
+pub struct Wf {
+    pub q: StoredValue<WaterfallQuery>,
+    /// The whole window and the visible one (`width` 0 until the canvas is measured).
+    pub outer: RwSignal<Option<(Nanos, Nanos)>>,
+    pub view: RwSignal<Viewport>,
+    pub first_row: RwSignal<u32>,
+    pub visible_rows: RwSignal<u32>,
+    pub data: RwSignal<Option<Waterfall>>,
+    pub minimap: RwSignal<Option<Waterfall>>,
+    pub error: RwSignal<Option<String>>,
+    pub selected: RwSignal<Option<String>>,
+    pub sel: RwSignal<Selection>,
+    pub compact: RwSignal<bool>,
+    pub pull: RwSignal<bool>,
+    pub tooltip: RwSignal<Option<(f64, f64, Vec<String>)>>,
+    pub canvas: NodeRef<html::Canvas>,
+    pub mini: NodeRef<html::Canvas>,
+    pub scroller: NodeRef<html::Div>,
+}
+
+#[component]
+fn Waterfall(q: WaterfallQuery) -> impl IntoView {
+    let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
+    let (from, to) = (q.zfrom.or(q.from), q.zto.or(q.to));
+    let wf = Wf {
+        q: StoredValue::new(q.clone()),
+        outer: RwSignal::new(q.from.zip(q.to)),
+        view: RwSignal::new(Viewport::new(from.unwrap_or(0), to.unwrap_or(1), 1)),
+        first_row: RwSignal::new(0),
+        visible_rows: RwSignal::new(30),
+        data: RwSignal::new(None),
+        minimap: RwSignal::new(None),
+        error: RwSignal::new(None),
+        selected: RwSignal::new(q.focus.clone()),
+        sel: RwSignal::new(Selection::default()),
+        compact: RwSignal::new(q.compact),
+        pull: RwSignal::new(q.pull),
+        tooltip: RwSignal::new(None),
+        canvas: NodeRef::new(),
+        mini: NodeRef::new(),
+        scroller: NodeRef::new(),
+    };
+    // The selected request's diagnosis (rendered on the server for a pasted link).
+    let instance = q.instance.clone();
+    let diagnosis = Resource::new(
+        move || wf.selected.get(),
+        move |id| {
+            let url = id.map(|id| {
+                format!(
+                    "/api/v1/requests/{}/diagnosis{}",
+                    super::query::encode(&id),
+                    super::query::build(&[("instance", instance.clone())])
+                )
+            });
+            async move {
+                match url {
+                    Some(u) => get_json::<crate::analysis::diagnosis::Diagnosis>(u)
+                        .await
+                        .map(Some),
+                    None => Ok(None),
+                }
+            }
+        },
+    );
+    #[cfg(feature = "hydrate")]
+    interact::start(wf, diagnosis);
+    let rows_total = move || wf.data.with(|d| d.as_ref().map_or(0, |d| d.rows));
+    let header_window = move || {
+        let z = zone.get();
+        let v = wf.view.get();
+        if v.width <= 1 && wf.data.with(|d| d.is_none()) {
+            return match (from, to) {
+                (Some(f), Some(t)) => format!(
+                    "{} – {} ({})",
+                    date_time(f, &z),
+                    date_time(t, &z),
+                    z.label()
+                ),
+                _ => "the last five minutes the instance reported".into(),
+            };
+        }
+        format!(
+            "{} – {} · {} ({})",
+            date_time(v.from, &z),
+            date_time(v.to, &z),
+            span(v.span()),
+            z.label()
+        )
+    };
+    let explorer = super::query::build(&[("instance", q.instance.clone())]);
+    view! {
+        <div class="wf-head panel">
+            <div>
+                <span class="wf-instance" data-testid="wf-instance">{q.instance.clone()}</span>
+                <span class="wf-window" data-testid="wf-window">{header_window}</span>
+            </div>
+            <div class="wf-controls">
+                <span class="muted">{move || format!("{} requests", super::format::thousands(rows_total().into()))}</span>
+                <label><input type="checkbox" data-testid="compact" prop:checked=move || wf.compact.get()
+                    on:change=move |ev| wf.compact.set(event_target_checked(&ev))/>" compact"</label>
+                <label title="Move the selected request's culprits to the rows below it"><input type="checkbox" data-testid="pull"
+                    prop:checked=move || wf.pull.get() on:change=move |ev| wf.pull.set(event_target_checked(&ev))/>" culprits next to it"</label>
+                <span class="keys" title="W/S zoom at the cursor · A/D pan · F fit selection · Esc clear · wheel zoom · drag pan · double-click opens the request">"W S A D F Esc"</span>
+                <a href=format!("/{explorer}")>"explorer"</a>
+            </div>
+        </div>
+        <div class="wf-body">
+            <div class="wf-main">
+                <div class="wf-minimap-row">
+                    <span class="wf-label-col muted">"whole window"</span>
+                    <canvas node_ref=wf.mini class="wf-minimap" data-testid="minimap" style=format!("height:{MINIMAP_H}px")></canvas>
+                </div>
+                {move || wf.error.get().map(|e| view! { <p class="error wf-error" data-testid="wf-error">{e}</p> })}
+                <div class="wf-scroll" node_ref=wf.scroller data-testid="wf-scroll">
+                    <div class="wf-spacer" style=move || format!("height:{}px", LANE_H + AXIS_H + f64::from(rows_total()) * ROW_H)>
+                        <div class="wf-sticky">
+                            <div class="wf-label-col wf-labels">
+                                <div class="wf-lane-label" style=format!("height:{LANE_H}px")>"engine steps"<br/><small><i class="sw-prefill"></i>"prefill "<i class="sw-decode"></i>"decode tok"</small></div>
+                                <div style=format!("height:{AXIS_H}px")></div>
+                                <RowLabels wf=wf/>
+                            </div>
+                            <canvas node_ref=wf.canvas class="wf-canvas" data-testid="wf-canvas" tabindex="0"></canvas>
+                            {move || wf.tooltip.get().map(|(x, y, lines)| view! {
+                                <div class="wf-tip" data-testid="wf-tip" style=format!("left:{}px;top:{}px", x + 244.0, y + 14.0)>
+                                    {lines.into_iter().map(|l| view! { <div>{l}</div> }).collect_view()}
+                                </div>
+                            })}
+                        </div>
+                    </div>
+                </div>
+                <Legend/>
+            </div>
+            <panel::Panel wf=wf diagnosis=diagnosis instance=q.instance.clone()/>
+        </div>
+    }
+}
+
+/// The labels of the visible rows (DOM, so ids are selectable text and links).
+#[component]
+fn RowLabels(wf: Wf) -> impl IntoView {
+    move || {
+        let first = wf.first_row.get();
+        let last = first + wf.visible_rows.get();
+        let sel = wf.sel.get();
+        let selected = wf.selected.get();
+        wf.data.with(|d| {
+            let Some(d) = d else {
+                return view! { <div class="skeleton wf-skel">"Loading requests…"</div> }.into_any();
+            };
+            if d.rows == 0 {
+                return view! { <div class="empty wf-empty" data-testid="wf-empty">"No requests in this window. Zoom out (S), or check that the engine's --otlp-traces-endpoint points here."</div> }.into_any();
+            }
+            let instance = wf.q.with_value(|q| q.instance.clone());
+            d.tracks
+                .iter()
+                .filter(|t| t.row >= first && t.row < last)
+                .map(|t| {
+                    let top = f64::from(t.row - first) * ROW_H;
+                    let id = t.request_id.clone();
+                    let is_sel = selected.as_deref() == Some(id.as_str());
+                    let culprit = sel.culprits.contains(&id);
+                    let href = super::explorer::table::request_href(&instance, &id);
+                    let dur = super::format::duration_ms((t.finished_ns - t.arrival_ns) as f64 / 1e6);
+                    view! {
+                        <div class="wf-row-label" class:selected=is_sel class:culprit=culprit style=format!("top:{top}px") data-request=id.clone()>
+                            {culprit.then(|| view! { <span class="culprit-mark" title="its prefill stalled the selected request">"◆"</span> })}
+                            <a href=href title=id.clone()>{id.clone()}</a>
+                            <span class="muted">{dur}</span>
+                        </div>
+                    }
+                })
+                .collect_view()
+                .into_any()
+        })
+    }
+}
+
+#[component]
+fn Legend() -> impl IntoView {
+    view! {
+        <div class="legend wf-legend">
+            <i class="sw-queued"></i>"queued" <i class="sw-prefill"></i>"prefill chunk" <i class="sw-decode"></i>"decode"
+            <i class="sw-preempted"></i>"preempted" <i class="sw-kv"></i>"KV transfer" <i class="sw-stall"></i>"stall of the selected request"
+            <span class="culprit-mark">"◆"</span>"culprit"
+        </div>
+    }
+}

@@ -1,0 +1,67 @@
+//! The side panel: the selected request's diagnosis in sentences, its culprits (click to select
+//! one), and links to its request page.
+
+use leptos::prelude::*;
+
+use super::Wf;
+use crate::analysis::diagnosis::{Diagnosis, Verdict};
+use crate::ui::explorer::table::request_href;
+
+#[component]
+pub fn Panel(
+    wf: Wf,
+    diagnosis: Resource<Result<Option<Diagnosis>, String>>,
+    instance: String,
+) -> impl IntoView {
+    view! {
+        <aside class="wf-panel panel" data-testid="wf-panel">
+            <Suspense fallback=|| view! { <p class="skeleton">"Diagnosing…"</p> }>
+                {move || diagnosis.get().map(|r| match r {
+                    Err(e) => view! { <p class="error">"Could not diagnose: " {e}</p> }.into_any(),
+                    Ok(None) => view! {
+                        <h3>"No request selected"</h3>
+                        <p class="muted">"Click a track to see why it was slow: its stalls are shaded across every track, and the requests whose prefills caused them are marked ◆."</p>
+                    }.into_any(),
+                    Ok(Some(d)) => findings(wf, d, instance.clone()).into_any(),
+                })}
+            </Suspense>
+        </aside>
+    }
+}
+
+fn findings(wf: Wf, d: Diagnosis, instance: String) -> impl IntoView {
+    let healthy = d.verdict == Verdict::Healthy;
+    let href = request_href(&instance, &d.request_id);
+    let list = d
+        .findings
+        .into_iter()
+        .map(|f| {
+            let culprits = f
+                .culprits
+                .iter()
+                .map(|c| {
+                    let id = c.clone();
+                    view! { <button class="link culprit" data-testid="culprit" on:click=move |_| wf.selected.set(Some(id.clone()))>"◆ "{c.clone()}</button> }
+                })
+                .collect_view();
+            let cause = serde_json::to_value(f.cause)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            view! {
+                <li class="finding" data-cause=cause.clone()>
+                    <span class="cause">{cause.replace('_', " ")}{if f.inferred { " (inferred from spans)" } else { "" }}</span>
+                    <p>{f.summary}</p>
+                    <div class="culprits">{culprits}</div>
+                </li>
+            }
+        })
+        .collect_view();
+    view! {
+        <h3 class="sel-id" data-testid="selected-request">{d.request_id.clone()}</h3>
+        <span class="verdict" class:bad=!healthy>{if healthy { "healthy" } else { "degraded" }}</span>
+        {healthy.then(|| view! { <p class="muted">"Met its SLOs; nothing unusual in its word choice."</p> })}
+        <ul class="findings" data-testid="findings">{list}</ul>
+        <p class="panel-links"><a href=href>"open the request page"</a>" · "<span class="muted">"F zooms to it"</span></p>
+    }
+}
