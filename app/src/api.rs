@@ -194,6 +194,17 @@ pub struct Percentiles {
     pub p99: f64,
 }
 
+impl Percentiles {
+    /// From nanoseconds as SQL computes them; `None` when there was nothing to rank.
+    pub fn from_ns(p50: Option<Nanos>, p90: Option<Nanos>, p99: Option<Nanos>) -> Option<Self> {
+        Some(Self {
+            p50: crate::model::ms(p50?),
+            p90: crate::model::ms(p90?),
+            p99: crate::model::ms(p99?),
+        })
+    }
+}
+
 /// One side of a comparison (`GET /api/v1/compare`): which requests, their latency percentiles
 /// over the whole side, the percentiles over time, histograms and the causes diagnosed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

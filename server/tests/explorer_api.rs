@@ -229,6 +229,50 @@ async fn waterfall_focus_and_compare_tell_the_prefill_interrupts_decode_story() 
     assert_eq!(plain.get("focus_row"), None);
     assert_eq!(plain["rows"], w["rows"], "pulling moves rows, it adds none");
 
+    // Zoomed in to two seconds, tokens are pixels apart: tracks carry their token times.
+    let victim = tracks
+        .iter()
+        .find(|t| t["request_id"] == "pid-victim")
+        .unwrap();
+    let (a, f) = (
+        victim["arrival_ns"].as_i64().unwrap(),
+        victim["finished_ns"].as_i64().unwrap(),
+    );
+    assert!(
+        victim.get("token_ns").is_none(),
+        "a wide window sends no token times"
+    );
+    let zoom = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=sim-pid&from={}&to={}&width_px=1200&focus=pid-victim",
+            f - 2_000_000_000,
+            f
+        ))
+        .await;
+    let zoomed = zoom["tracks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["request_id"] == "pid-victim")
+        .unwrap();
+    let times: Vec<i64> = zoomed["token_ns"]
+        .as_array()
+        .expect("token times")
+        .iter()
+        .map(|t| t.as_i64().unwrap())
+        .collect();
+    let detail = app
+        .get_json("/api/v1/requests/pid-victim?instance=sim-pid")
+        .await;
+    let emitted: Vec<i64> = detail["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["emitted_ns"].as_i64().unwrap())
+        .collect();
+    assert_eq!(times, emitted);
+    assert!(times.iter().all(|&t| t >= a && t <= f));
+
     // The same instance against its healthy control.
     let c = app
         .get_json(&format!(

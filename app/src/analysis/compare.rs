@@ -72,13 +72,6 @@ fn cause_count(causes: &[CauseCount], c: crate::analysis::diagnosis::Cause) -> u
         .map_or(0, |x| x.requests)
 }
 
-fn cause_name(c: crate::analysis::diagnosis::Cause) -> String {
-    serde_json::to_value(c)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
 /// "TTFT p90 +340 ms (+62 %) in B; queue_backlog 3 → 41": the p90 that moved most (relative to
 /// A), then the cause whose count moved most.
 pub fn headline(a: &CompareSide, b: &CompareSide, deltas: &[Delta]) -> String {
@@ -113,7 +106,7 @@ pub fn headline(a: &CompareSide, b: &CompareSide, deltas: &[Delta]) -> String {
         .filter(|(_, x, y)| x != y)
         .max_by_key(|(_, x, y)| x.abs_diff(*y));
     if let Some((c, x, y)) = moved {
-        parts.push(format!("{} {x} → {y}", cause_name(c)));
+        parts.push(format!("{} {x} → {y}", c.name()));
     }
     parts.join("; ")
 }
@@ -188,6 +181,21 @@ mod tests {
             ..side(1.0, &[])
         };
         assert!(headline(&a, &empty, &[]).starts_with("Side B has no requests"));
+    }
+
+    #[test]
+    fn cause_names_are_the_api_names() {
+        for c in [
+            Cause::PrefillInterruptedDecode,
+            Cause::PrefillMonopolized,
+            Cause::QueueBacklog,
+            Cause::KvPreempted,
+            Cause::KvTransferSlow,
+            Cause::LowProbabilityEos,
+            Cause::LowProbabilityToken,
+        ] {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+        }
     }
 
     #[test]

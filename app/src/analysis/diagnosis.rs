@@ -24,6 +24,21 @@ pub enum Cause {
     LowProbabilityToken,
 }
 
+impl Cause {
+    /// The name the API uses (`prefill_interrupted_decode`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::PrefillInterruptedDecode => "prefill_interrupted_decode",
+            Cause::PrefillMonopolized => "prefill_monopolized",
+            Cause::QueueBacklog => "queue_backlog",
+            Cause::KvPreempted => "kv_preempted",
+            Cause::KvTransferSlow => "kv_transfer_slow",
+            Cause::LowProbabilityEos => "low_probability_eos",
+            Cause::LowProbabilityToken => "low_probability_token",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {

@@ -18,7 +18,15 @@ pub struct Track {
     pub arrival_ns: Nanos,
     pub finished_ns: Nanos,
     pub segments: Vec<Stage>,
+    /// When each output token was emitted, once the window is zoomed in far enough that tokens
+    /// are pixels apart (`TOKEN_TICK_PX_NS`); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_ns: Vec<Nanos>,
 }
+
+/// Pixels no wider than this (2 ms) put a typical 10–50 ms decode step several pixels apart:
+/// tracks then carry their token times, and the view draws a tick per token.
+pub const TOKEN_TICK_PX_NS: Nanos = 2_000_000;
 
 /// One engine step as the lane draws it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -333,6 +341,7 @@ mod tests {
                 arrival_ns: i as Nanos,
                 finished_ns: i as Nanos + 10,
                 segments: vec![],
+                token_ns: vec![],
             })
             .collect();
         let row = pull_next_to(&mut t, "v", &["c1".into(), "c2".into(), "gone".into()]);
@@ -496,6 +505,7 @@ mod tests {
                             iteration: None,
                         },
                     ],
+                    token_ns: vec![],
                 })
                 .collect();
             let narrow = 1 + (seed as Nanos * 7) % 200;

@@ -5,6 +5,7 @@
 //! - a request's `tokens`, when present, number exactly `output_tokens`;
 //! - candidates are in rank order (non-increasing logprob).
 
+pub mod calendar;
 mod iteration;
 mod request;
 mod resource;

@@ -16,6 +16,9 @@ const RIGHT: f64 = 10.0;
 const TOP: f64 = 12.0;
 const BOTTOM: f64 = 30.0;
 
+/// Side B of a comparison: reddish purple, apart from the SLO's vermillion (Okabe–Ito).
+pub const B_COLOUR: &str = "#cc79a7";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Metric {
     Ttft,
@@ -141,7 +144,7 @@ pub fn LatencyChart(
             let xb = move |t: Nanos| x(t - shift);
             lines.iter().filter(|l| l.1 != "p50").map(move |&(label, which, _, _, w)| {
                 let d = path(o, xb, y, |b| metric.of(b).map(|p| pick(&p, which)));
-                view! { <path d=d stroke="#d55e00" stroke-dasharray="5 3" stroke-width=w fill="none"><title>{format!("B {} {label}", metric.name())}</title></path> }
+                view! { <path d=d stroke=B_COLOUR stroke-dasharray="5 3" stroke-width=w fill="none"><title>{format!("B {} {label}", metric.name())}</title></path> }
             })
         })
         .collect();
@@ -172,7 +175,11 @@ pub fn LatencyChart(
         let step = tick_step(to - from, 5);
         ticks(from, to, step, &z)
             .into_iter()
-            .map(|t| view! { <text x=x(t) y=H - BOTTOM + 14.0 text-anchor="middle">{clock(t, &z, step)}</text> })
+            .map(|t| {
+                // Labels at the edges stay inside the picture.
+                let anchor = if x(t) > W - RIGHT - 24.0 { "end" } else if x(t) < LEFT + 24.0 { "start" } else { "middle" };
+                view! { <text x=x(t) y=H - BOTTOM + 14.0 text-anchor=anchor>{clock(t, &z, step)}</text> }
+            })
             .collect_view()
     };
     let drag = RwSignal::new(None::<(f64, f64)>);

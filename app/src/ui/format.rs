@@ -2,7 +2,9 @@
 
 /// `54.8 ms`, `6.82 s`, `812 µs`.
 pub fn duration_ms(ms: f64) -> String {
-    if ms >= 1000.0 {
+    if ms == 0.0 {
+        "0 ms".into()
+    } else if ms >= 1000.0 {
         format!("{:.2} s", ms / 1000.0)
     } else if ms >= 100.0 {
         format!("{ms:.0} ms")
@@ -36,6 +38,7 @@ mod tests {
         assert_eq!(duration_ms(6820.0), "6.82 s");
         assert_eq!(duration_ms(0.812), "812 µs");
         assert_eq!(duration_ms(250.4), "250 ms");
+        assert_eq!(duration_ms(0.0), "0 ms");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! Pure; the browser's zone is read once in `detect` (hydrate builds only).
 
 use crate::model::Nanos;
+use crate::model::calendar::{civil_from_days, days_from_civil};
 
 pub const MS: Nanos = 1_000_000;
 pub const SECOND: Nanos = 1_000_000_000;
@@ -67,21 +68,13 @@ pub fn now_ns() -> Nanos {
 }
 
 /// Civil date and time of `ns` shifted by the zone: (year, month, day, hour, minute, second,
-/// nanoseconds), from the days-to-civil algorithm (proleptic Gregorian).
+/// nanoseconds).
 fn civil(ns: Nanos, zone: &Zone) -> (i64, u32, u32, u32, u32, u32, u32) {
     let local = ns + Nanos::from(zone.offset_min) * MINUTE;
     let secs = local.div_euclid(SECOND);
     let sub = local.rem_euclid(SECOND) as u32;
     let (days, tod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400) as u32);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = civil_from_days(days);
     (year, month, day, tod / 3600, tod / 60 % 60, tod % 60, sub)
 }
 
@@ -122,14 +115,7 @@ pub fn parse_input(v: &str, zone: &Zone) -> Option<Nanos> {
     if !(1..=12).contains(&mo) || !(1..=31).contains(&day) || h >= 24.0 || mi >= 60.0 {
         return None;
     }
-    // Days from civil (the inverse of `civil`).
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = days_from_civil(y, mo as u32, day as u32);
     let local = days * 86_400 * SECOND + ((h * 3600.0 + mi * 60.0 + s) * 1e9) as Nanos;
     Some(local - Nanos::from(zone.offset_min) * MINUTE)
 }

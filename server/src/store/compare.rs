@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use app::analysis::compare::{BINS_PER_OCTAVE, bin};
 use app::analysis::diagnosis::{Cause, Thresholds};
 use app::api::{CauseCount, CompareSide, HistogramBin, Percentiles};
-use app::model::{Nanos, ms};
+use app::model::Nanos;
 
 use super::{RequestFilter, Store, read::count};
 use crate::error::Result;
@@ -57,13 +57,6 @@ impl Store {
         )
         .fetch_one(&self.pool)
         .await?;
-        let p = |p50: Option<Nanos>, p90: Option<Nanos>, p99: Option<Nanos>| {
-            Some(Percentiles {
-                p50: ms(p50?),
-                p90: ms(p90?),
-                p99: ms(p99?),
-            })
-        };
         let (ttft_histogram, tpot_histogram) = self.histograms(f).await?;
         let causes = self.cause_counts(f, th).await?;
         Ok(CompareSide {
@@ -73,10 +66,10 @@ impl Store {
             from_ns: from,
             to_ns: to,
             requests: s.requests as u64,
-            ttft_ms: p(s.ttft_p50, s.ttft_p90, s.ttft_p99),
-            tpot_ms: p(s.tpot_p50, s.tpot_p90, s.tpot_p99),
-            queue_ms: p(s.queue_p50, s.queue_p90, s.queue_p99),
-            e2e_ms: p(s.e2e_p50, s.e2e_p90, s.e2e_p99),
+            ttft_ms: Percentiles::from_ns(s.ttft_p50, s.ttft_p90, s.ttft_p99),
+            tpot_ms: Percentiles::from_ns(s.tpot_p50, s.tpot_p90, s.tpot_p99),
+            queue_ms: Percentiles::from_ns(s.queue_p50, s.queue_p90, s.queue_p99),
+            e2e_ms: Percentiles::from_ns(s.e2e_p50, s.e2e_p90, s.e2e_p99),
             series: self.latency(f, width_px, (th.ttft_ms, th.tpot_ms)).await?,
             ttft_histogram,
             tpot_histogram,

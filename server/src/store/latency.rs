@@ -2,7 +2,7 @@
 //! data is from the per-request columns derived at ingest (no token block is read).
 
 use app::api::{LatencyBucket, LatencySeries, Percentiles};
-use app::model::{Nanos, ms};
+use app::model::Nanos;
 
 use super::{RequestFilter, Store, read::count};
 use crate::error::{Error, Result};
@@ -60,13 +60,6 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        let percentiles = |p50: Option<Nanos>, p90: Option<Nanos>, p99: Option<Nanos>| {
-            Some(Percentiles {
-                p50: ms(p50?),
-                p90: ms(p90?),
-                p99: ms(p99?),
-            })
-        };
         Ok(LatencySeries {
             from_ns: from,
             to_ns: to,
@@ -78,8 +71,8 @@ impl Store {
                 .map(|r| LatencyBucket {
                     start_ns: from + r.k * bucket,
                     requests: count(r.requests),
-                    ttft_ms: percentiles(r.ttft_p50, r.ttft_p90, r.ttft_p99),
-                    tpot_ms: percentiles(r.tpot_p50, r.tpot_p90, r.tpot_p99),
+                    ttft_ms: Percentiles::from_ns(r.ttft_p50, r.ttft_p90, r.ttft_p99),
+                    tpot_ms: Percentiles::from_ns(r.tpot_p50, r.tpot_p90, r.tpot_p99),
                     ttft_over_slo: count(r.ttft_over),
                     tpot_over_slo: count(r.tpot_over),
                 })

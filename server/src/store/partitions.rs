@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use sqlx::PgPool;
 
 use app::model::Nanos;
+use app::model::calendar::{civil_from_days, days_from_civil};
 
 use crate::error::Result;
 
@@ -26,19 +27,6 @@ pub fn day_of(t: Nanos) -> i64 {
 pub fn partition_name(table: &str, day: i64) -> String {
     let (y, m, d) = civil_from_days(day);
     format!("{table}_p{y:04}{m:02}{d:02}")
-}
-
-/// Proleptic Gregorian date of a day number (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Remembers which partitions exist so the hot path asks the database only for new days.
@@ -136,14 +124,7 @@ fn parse_day(table: &str, name: &str) -> Option<i64> {
         digits[4..6].parse().ok()?,
         digits[6..].parse().ok()?,
     );
-    // Inverse of civil_from_days (days_from_civil).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Some(era * 146_097 + doe - 719_468)
+    Some(days_from_civil(y, m, d))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use app::analysis::stages::{coarse_stages, stages};
 use app::analysis::waterfall::{self, Bucket, Lane, Step, Track, Waterfall};
 use app::model::{Nanos, RequestTrace};
 
-use super::{REQUEST_LOOKBACK_NS, Store, read::count, write::Detail};
+use super::{REQUEST_LOOKBACK_NS, Store, read::count, token_block, write::Detail};
 use crate::error::{Error, Result};
 
 const DEFAULT_WINDOW_NS: Nanos = 5 * 60 * 1_000_000_000;
@@ -82,6 +82,7 @@ impl Store {
                     arrival_ns: r.arrival_ns,
                     finished_ns: r.finished_ns,
                     segments: Vec::new(),
+                    token_ns: Vec::new(),
                 }
             })
             .collect();
@@ -122,17 +123,21 @@ impl Store {
         let wide: Vec<&Track> = tracks.iter().filter(|t| detailed(t)).collect();
         let ids: Vec<String> = wide.iter().map(|t| t.request_id.clone()).collect();
         let arrivals: Vec<Nanos> = wide.iter().map(|t| t.arrival_ns).collect();
+        // Zoomed in far enough that tokens are pixels apart, tracks carry their token times.
+        let ticks = gap <= waterfall::TOKEN_TICK_PX_NS;
         let details = sqlx::query!(
-            "SELECT r.request_id, r.arrival_ns, r.finished_ns, r.ttft_ns, r.prompt_tokens, r.output_tokens, r.detail
+            "SELECT r.request_id, r.arrival_ns, r.finished_ns, r.ttft_ns, r.prompt_tokens, r.output_tokens, r.detail,
+                    CASE WHEN $4 THEN r.tokens END AS tokens
              FROM UNNEST($2::text[], $3::bigint[]) AS v (request_id, arrival_ns)
              JOIN requests r ON r.instance_id = $1 AND r.request_id = v.request_id AND r.arrival_ns = v.arrival_ns",
             inst.id,
             &ids,
-            &arrivals
+            &arrivals,
+            ticks
         )
         .fetch_all(&self.pool)
         .await?;
-        let mut segments: HashMap<String, Vec<app::api::Stage>> = HashMap::new();
+        let mut segments: HashMap<String, (Vec<app::api::Stage>, Vec<Nanos>)> = HashMap::new();
         for r in details {
             let mut trace = RequestTrace {
                 request_id: r.request_id,
@@ -145,14 +150,23 @@ impl Store {
             Detail::parse(r.detail)?.apply(&mut trace);
             // Tokens are not read here; the first token's time is in the stored TTFT.
             trace.first_token_ns = trace.first_token_ns.or(r.ttft_ns.map(|t| r.arrival_ns + t));
+            let token_ns = match &r.tokens {
+                Some(block) => token_block::decode(block, r.arrival_ns)?
+                    .0
+                    .iter()
+                    .filter_map(|t| t.emitted_ns)
+                    .collect(),
+                None => Vec::new(),
+            };
             segments.insert(
                 trace.request_id.clone(),
-                waterfall::visible_segments(stages(&trace), gap),
+                (waterfall::visible_segments(stages(&trace), gap), token_ns),
             );
         }
         for t in &mut tracks {
-            if let Some(s) = segments.remove(&t.request_id) {
+            if let Some((s, token_ns)) = segments.remove(&t.request_id) {
                 t.segments = s;
+                t.token_ns = token_ns;
             }
         }
 

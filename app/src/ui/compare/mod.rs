@@ -198,10 +198,7 @@ fn causes(a: &CompareSide, b: &CompareSide) -> impl IntoView + use<> {
                 b.causes.iter().find(|c| c.cause == cause),
             );
             let n = |c: Option<&crate::api::CauseCount>| c.map_or(0, |c| c.requests);
-            let name = serde_json::to_value(cause)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
+            let name = cause.name();
             let examples = |c: Option<&crate::api::CauseCount>, s: &CompareSide| {
                 let inst = s.instances.first().cloned().unwrap_or_default();
                 c.map(|c| {
@@ -213,7 +210,7 @@ fn causes(a: &CompareSide, b: &CompareSide) -> impl IntoView + use<> {
             };
             let grew = n(cb) > n(ca);
             view! {
-                <tr data-cause=name.clone()>
+                <tr data-cause=name>
                     <td>{name.replace('_', " ")}</td>
                     <td class="num">{n(ca)}</td>
                     <td class="num" class:bad=grew>{n(cb)}</td>

@@ -113,7 +113,11 @@ pub fn frame(ctx: &CanvasRenderingContext2d, f: &Frame) {
                 continue;
             }
             let (x0, x1) = (x0.max(-1.0), x1.min(w + 1.0));
-            ctx.set_fill_style_str(colour(s.kind));
+            if s.kind == StageKind::Queued {
+                set_queued_fill(ctx);
+            } else {
+                ctx.set_fill_style_str(colour(s.kind));
+            }
             let (pad, gap) = if s.kind == StageKind::Queued {
                 (5.0, 0.0)
             } else {
@@ -127,8 +131,10 @@ pub fn frame(ctx: &CanvasRenderingContext2d, f: &Frame) {
             };
             ctx.fill_rect(x0, y + pad, bw, ROW_H - 2.0 * pad);
         }
-        if selected {
-            token_ticks(ctx, f, y);
+        if selected && t.token_ns.is_empty() {
+            token_ticks(ctx, f, &f.sel.token_times, y);
+        } else {
+            token_ticks(ctx, f, &t.token_ns, y);
         }
         if selected || culprit {
             let x0 = f.v.x(t.arrival_ns).max(0.0);
@@ -152,9 +158,40 @@ pub fn frame(ctx: &CanvasRenderingContext2d, f: &Frame) {
     }
 }
 
-/// One tick per token of the selected request, once tokens are far enough apart to tell.
-fn token_ticks(ctx: &CanvasRenderingContext2d, f: &Frame, y: f64) {
-    let times = &f.sel.token_times;
+thread_local! {
+    /// The hatch of queued time, made once per page.
+    static HATCH: std::cell::OnceCell<Option<web_sys::CanvasPattern>> = const { std::cell::OnceCell::new() };
+}
+
+/// Queued time is hatched grey, so waiting reads differently from work at a glance.
+fn set_queued_fill(ctx: &CanvasRenderingContext2d) {
+    let pattern = HATCH.with(|h| h.get_or_init(|| hatch(ctx)).clone());
+    match pattern {
+        Some(p) => ctx.set_fill_style_canvas_pattern(&p),
+        None => ctx.set_fill_style_str(QUEUED),
+    }
+}
+
+fn hatch(ctx: &CanvasRenderingContext2d) -> Option<web_sys::CanvasPattern> {
+    let doc = web_sys::window()?.document()?;
+    let tile: HtmlCanvasElement = doc.create_element("canvas").ok()?.dyn_into().ok()?;
+    tile.set_width(6);
+    tile.set_height(6);
+    let t: CanvasRenderingContext2d = tile.get_context("2d").ok()??.dyn_into().ok()?;
+    t.set_fill_style_str("#e4e4e4");
+    t.fill_rect(0.0, 0.0, 6.0, 6.0);
+    t.set_stroke_style_str(QUEUED);
+    t.set_line_width(1.5);
+    t.begin_path();
+    t.move_to(0.0, 6.0);
+    t.line_to(6.0, 0.0);
+    t.stroke();
+    ctx.create_pattern_with_html_canvas_element(&tile, "repeat")
+        .ok()?
+}
+
+/// One tick per token, once tokens are far enough apart to tell.
+fn token_ticks(ctx: &CanvasRenderingContext2d, f: &Frame, times: &[Nanos], y: f64) {
     if times.len() < 2 {
         return;
     }

@@ -44,12 +44,9 @@ fn findings(wf: Wf, d: Diagnosis, instance: String) -> impl IntoView {
                     view! { <button class="link culprit" data-testid="culprit" on:click=move |_| wf.selected.set(Some(id.clone()))>"◆ "{c.clone()}</button> }
                 })
                 .collect_view();
-            let cause = serde_json::to_value(f.cause)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
+            let cause = f.cause.name();
             view! {
-                <li class="finding" data-cause=cause.clone()>
+                <li class="finding" data-cause=cause>
                     <span class="cause">{cause.replace('_', " ")}{if f.inferred { " (inferred from spans)" } else { "" }}</span>
                     <p>{f.summary}</p>
                     <div class="culprits">{culprits}</div>
