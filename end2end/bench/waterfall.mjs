@@ -28,8 +28,8 @@ const t0 = Date.now();
 await page.goto(`${base}/waterfall?instance=${encodeURIComponent(instance)}&from=${from}&to=${to}`);
 await page.waitForFunction(() => (window.__tsFrameMs ?? []).length > 0, null, { timeout: 60_000 });
 const firstScreenMs = Date.now() - t0;
-const rows = await page.getByTestId("wf-scroll").evaluate((el) => el.scrollHeight);
 await page.waitForTimeout(500);
+const requests = await page.locator(".wf-controls .muted").first().innerText();
 
 const result = await page.evaluate(async (frames) => {
   const canvas = document.querySelector('[data-testid="wf-canvas"]');
@@ -63,9 +63,7 @@ const result = await page.evaluate(async (frames) => {
 
 const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.ceil(p / 100 * s.length) - 1)]; };
 const f = (v) => v.toFixed(2);
-const requests = await page.getByTestId("wf-scroll").evaluate(() =>
-  document.querySelector(".wf-controls .muted")?.textContent ?? "");
-console.log(`browser: waterfall of ${instance}, ${requests} in the window (${rows} px of rows), 1280×800, ${FRAMES} frames of wheel zoom / key pan`);
+console.log(`browser: waterfall of ${instance}, ${requests} in the opening window, 1280×800, ${FRAMES} frames of wheel zoom / key pan`);
 console.log(`  main thread per frame (input → effects drained): p50 ${f(pct(result.perFrame, 50))} ms, p95 ${f(pct(result.perFrame, 95))} ms, max ${f(Math.max(...result.perFrame))} ms`);
 console.log(`  canvas draw alone: p50 ${f(pct(result.drawMs, 50))} ms, p95 ${f(pct(result.drawMs, 95))} ms over ${result.drawMs.length} paints`);
 console.log(`  long tasks (> 50 ms) during the run: ${result.longTasks.length}${result.longTasks.length ? ` (max ${f(Math.max(...result.longTasks))} ms)` : ""}`);

@@ -184,8 +184,10 @@ fn fetch_view(wf: Wf) {
 
 /// The minimap: the whole window's lane, once the whole window is known.
 fn fetch_minimap(wf: Wf) {
+    // Only a new width (or window) asks again; the view moving does not.
+    let width = Memo::new(move |_| wf.view.with(|v| v.width));
     Effect::new(move |_| {
-        let (Some((from, to)), width) = (wf.outer.get(), wf.view.with(|v| v.width)) else {
+        let (Some((from, to)), width) = (wf.outer.get(), width.get()) else {
             return;
         };
         if width <= 1 {
