@@ -1,0 +1,53 @@
+//! `GET /api/v1/requests/{id}/diagnosis` and `GET /api/v1/diagnosis` (a window's degraded
+//! requests, worst first).
+
+use axum::{
+    Json,
+    extract::{Path, Query, State},
+};
+
+use app::analysis::diagnosis::Diagnosis;
+
+use super::{ThresholdParams, non_empty, parse_int};
+use crate::error::{Error, Result};
+use crate::store::{RequestFilter, Store};
+
+pub(super) async fn diagnose_request(
+    State(store): State<Store>,
+    Path(request_id): Path<String>,
+    Query(p): Query<ThresholdParams>,
+) -> Result<Json<Diagnosis>> {
+    let th = p.thresholds()?;
+    let instance = non_empty(p.instance.clone());
+    Ok(Json(
+        store
+            .diagnose_request(&request_id, instance.as_deref(), &th)
+            .await?,
+    ))
+}
+
+#[derive(Debug, serde::Serialize)]
+pub(super) struct DiagnosisList {
+    diagnoses: Vec<Diagnosis>,
+}
+
+pub(super) async fn diagnose_window(
+    State(store): State<Store>,
+    Query(p): Query<ThresholdParams>,
+) -> Result<Json<DiagnosisList>> {
+    let th = p.thresholds()?;
+    let limit = parse_int("limit", p.limit.as_deref())?.unwrap_or(500);
+    if !(1..=5000).contains(&limit) {
+        return Err(Error::InvalidArgument(format!(
+            "limit={limit} must be between 1 and 5000"
+        )));
+    }
+    let filter = RequestFilter {
+        instances: non_empty(p.instance.clone()).into_iter().collect(),
+        from_ns: parse_int("from", p.from.as_deref())?,
+        to_ns: parse_int("to", p.to.as_deref())?,
+        ..RequestFilter::default()
+    };
+    let diagnoses = store.diagnose_window(&filter, &th, limit).await?;
+    Ok(Json(DiagnosisList { diagnoses }))
+}

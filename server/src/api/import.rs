@@ -1,0 +1,46 @@
+//! `POST /api/v1/import`: files engines write or return (TensorRT-LLM, OpenAI responses).
+
+use axum::{
+    Json,
+    extract::{Query, State},
+};
+use serde::Deserialize;
+
+use super::non_empty;
+use crate::error::{Error, Result};
+use crate::ingest;
+use crate::ingest::import::{Format, Options};
+use crate::store::Store;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ImportParams {
+    format: Option<String>,
+    instance: Option<String>,
+    model: Option<String>,
+    clock_offset_s: Option<String>,
+}
+
+/// `POST /api/v1/import?format=trtllm-perf-metrics|trtllm-iteration-log|openai`: the file is the body.
+pub(super) async fn import(
+    State(store): State<Store>,
+    Query(p): Query<ImportParams>,
+    body: axum::body::Bytes,
+) -> Result<Json<app::api::ImportReply>> {
+    let format = Format::parse(p.format.as_deref().unwrap_or(""))?;
+    let clock_offset_s = non_empty(p.clock_offset_s)
+        .map(|v| {
+            v.parse::<f64>().map_err(|_| {
+                Error::InvalidArgument(format!("clock_offset_s={v:?} is not a number of seconds"))
+            })
+        })
+        .transpose()?;
+    let opts = Options {
+        instance: non_empty(p.instance).unwrap_or_else(|| format.default_instance().into()),
+        model: non_empty(p.model),
+        clock_offset_s,
+        now_ns: crate::clock::now_ns(),
+    };
+    Ok(Json(
+        ingest::import::import(&store, format, &body, &opts).await?,
+    ))
+}

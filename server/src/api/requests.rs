@@ -1,0 +1,38 @@
+//! `GET /api/v1/requests` (a filtered, ordered page) and `GET /api/v1/requests/{id}`.
+
+use axum::{
+    Json,
+    extract::{Path, Query, State},
+};
+
+use app::api::{RequestDetail, RequestList};
+
+use super::{ListParams, ThresholdParams, non_empty};
+use crate::error::Result;
+use crate::store::Store;
+
+pub(super) async fn list_requests(
+    State(store): State<Store>,
+    Query(params): Query<ListParams>,
+) -> Result<Json<RequestList>> {
+    let filter = params.into_filter()?;
+    let (requests, total) = store.list_requests(&filter).await?;
+    Ok(Json(RequestList {
+        requests,
+        total: Some(total),
+    }))
+}
+
+pub(super) async fn get_request(
+    State(store): State<Store>,
+    Path(request_id): Path<String>,
+    Query(p): Query<ThresholdParams>,
+) -> Result<Json<RequestDetail>> {
+    let th = p.thresholds()?;
+    let instance = non_empty(p.instance.clone());
+    Ok(Json(
+        store
+            .get_request(&request_id, instance.as_deref(), &th)
+            .await?,
+    ))
+}

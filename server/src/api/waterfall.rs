@@ -1,0 +1,61 @@
+//! `GET /api/v1/waterfall`: an instance's tracks and iteration lane at a pixel width.
+
+use axum::{
+    Json,
+    extract::{Query, State},
+};
+use serde::Deserialize;
+
+use app::analysis::waterfall::Waterfall;
+
+use super::{non_empty, parse_int, width_px};
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct WaterfallParams {
+    instance: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    width_px: Option<String>,
+    compact: Option<String>,
+    first_row: Option<String>,
+    rows: Option<String>,
+    focus: Option<String>,
+    /// Request ids, comma-separated, to show right below `focus`.
+    pull: Option<String>,
+}
+
+/// `GET /api/v1/waterfall?instance=&from=&to=&width_px=&compact=&first_row=&rows=&focus=&pull=`:
+/// tracks and the iteration lane.
+pub(super) async fn waterfall(
+    State(store): State<Store>,
+    Query(p): Query<WaterfallParams>,
+) -> Result<Json<Waterfall>> {
+    let instance = non_empty(p.instance)
+        .ok_or_else(|| Error::InvalidArgument("instance= is required".into()))?;
+    let width = width_px(p.width_px.as_deref(), 1200, 20_000)?;
+    let compact = matches!(p.compact.as_deref(), Some("true" | "1"));
+    let from = parse_int("from", p.from.as_deref())?;
+    let to = parse_int("to", p.to.as_deref())?;
+    let first_row = parse_int("first_row", p.first_row.as_deref())?.unwrap_or(0);
+    let rows = parse_int("rows", p.rows.as_deref())?.unwrap_or(500);
+    if first_row < 0 || !(1..=5000).contains(&rows) {
+        return Err(Error::InvalidArgument(
+            "first_row must be ≥ 0 and rows between 1 and 5000".into(),
+        ));
+    }
+    let view = crate::store::Rows {
+        first_row: first_row as u32,
+        rows: rows as u32,
+        focus: non_empty(p.focus),
+        pull: non_empty(p.pull)
+            .map(|v| v.split(',').map(str::to_string).collect())
+            .unwrap_or_default(),
+    };
+    Ok(Json(
+        store
+            .waterfall(&instance, from, to, width, compact, &view)
+            .await?,
+    ))
+}
