@@ -98,3 +98,20 @@ test("an unknown instance and an empty window say what to do", async ({ page }) 
   await page.goto("/waterfall?instance=sim-pid&from=1000000000000000000&to=1000000001000000000");
   await expect(page.getByTestId("wf-empty")).toContainText("No requests in this window");
 });
+
+test("a PD request's prefill and decode parts are joined when both instances are in view", async ({ page }) => {
+  await page.goto("/?find=pd-slow");
+  // pd-slow ran on two instances, so the find lists both parts instead of jumping.
+  const rows = page.getByTestId("requests").locator("tbody tr");
+  await expect(rows).toHaveCount(2);
+  await rows.filter({ hasText: "sim-pd-decode" }).getByTestId("waterfall-link").click();
+  await expect(page).toHaveURL(/instance=sim-pd-decode.*focus=pd-slow/);
+  await expect(page.getByTestId("findings")).toContainText("KV-cache transfer");
+  await page.getByTestId("show-joined").getByRole("link").click();
+  await expect(page).toHaveURL(/instance=sim-pd-decode%2Csim-pd-prefill/);
+  await painted(page);
+  await expect(page.getByTestId("selected-request")).toHaveText("pd-slow");
+  // One track for both parts: the label appears once.
+  await expect(page.locator('.wf-row-label[data-request="pd-slow"]')).toHaveCount(1);
+  await page.screenshot({ path: "test-results/waterfall-pd-joined.png" });
+});

@@ -273,6 +273,80 @@ async fn waterfall_focus_and_compare_tell_the_prefill_interrupts_decode_story() 
     assert_eq!(times, emitted);
     assert!(times.iter().all(|&t| t >= a && t <= f));
 
+    // A PD deployment's two instances as one waterfall: each request's prefill part and decode
+    // part share a track, with the KV transfer between them.
+    let pd = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=sim-pd-prefill,sim-pd-decode&{window}&rows=5000"
+        ))
+        .await;
+    let pd_tracks = pd["tracks"].as_array().unwrap();
+    let slow = pd_tracks
+        .iter()
+        .find(|t| t["request_id"] == "pd-slow")
+        .expect("pd-slow has a track");
+    assert_eq!(
+        slow["parts"],
+        serde_json::json!(["sim-pd-prefill", "sim-pd-decode"])
+    );
+    // Zoomed to the request, its stages are drawn in full.
+    let (a, f) = (
+        slow["arrival_ns"].as_i64().unwrap(),
+        slow["finished_ns"].as_i64().unwrap(),
+    );
+    let near = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=sim-pd-prefill,sim-pd-decode&from={}&to={}",
+            a - 1_000_000_000,
+            f + 1_000_000_000
+        ))
+        .await;
+    let slow = near["tracks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["request_id"] == "pd-slow")
+        .unwrap();
+    let kinds: Vec<&str> = slow["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    let at = |k: &str| {
+        kinds
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or_else(|| panic!("{k} in {kinds:?}"))
+    };
+    assert!(
+        at("prefill") < at("kv_transfer") && at("kv_transfer") < at("decode"),
+        "{kinds:?}"
+    );
+    let mut single = Vec::new();
+    for i in ["sim-pd-prefill", "sim-pd-decode"] {
+        let w = app
+            .get_json(&format!(
+                "/api/v1/waterfall?instance={i}&{window}&rows=5000"
+            ))
+            .await;
+        single.push(w["rows"].as_u64().unwrap());
+    }
+    let (pre, dec) = (single[0], single[1]);
+    assert_eq!(
+        pd["rows"].as_u64().unwrap(),
+        pre.max(dec),
+        "parts share rows: {pre} + {dec} requests"
+    );
+    let missing = app
+        .get(&format!(
+            "/api/v1/waterfall?instance=sim-pd-prefill,nope&{window}"
+        ))
+        .await;
+    assert_eq!(missing.status(), 404);
+    let body: serde_json::Value = missing.json().await.unwrap();
+    assert_eq!(body["error"], "no instance \"nope\"");
+
     // The same instance against its healthy control.
     let c = app
         .get_json(&format!(

@@ -22,6 +22,11 @@ pub struct Track {
     /// are pixels apart (`TOKEN_TICK_PX_NS`); empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub token_ns: Vec<Nanos>,
+    /// When the view has several instances: the ones this request ran on, in time order (a
+    /// PD-disaggregated request's prefill instance, then its decode instance); its parts share
+    /// this track.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<String>,
 }
 
 /// Pixels no wider than this (2 ms) put a typical 10–50 ms decode step several pixels apart:
@@ -342,6 +347,7 @@ mod tests {
                 finished_ns: i as Nanos + 10,
                 segments: vec![],
                 token_ns: vec![],
+                parts: vec![],
             })
             .collect();
         let row = pull_next_to(&mut t, "v", &["c1".into(), "c2".into(), "gone".into()]);
@@ -506,6 +512,7 @@ mod tests {
                         },
                     ],
                     token_ns: vec![],
+                    parts: vec![],
                 })
                 .collect();
             let narrow = 1 + (seed as Nanos * 7) % 200;

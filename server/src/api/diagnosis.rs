@@ -8,7 +8,7 @@ use axum::{
 
 use app::analysis::diagnosis::Diagnosis;
 
-use super::{ThresholdParams, non_empty, parse_int};
+use super::{ThresholdParams, list, non_empty, parse_int};
 use crate::error::{Error, Result};
 use crate::store::{RequestFilter, Store};
 
@@ -43,7 +43,7 @@ pub(super) async fn diagnose_window(
         )));
     }
     let filter = RequestFilter {
-        instances: non_empty(p.instance.clone()).into_iter().collect(),
+        instances: list(p.instance.clone()),
         from_ns: parse_int("from", p.from.as_deref())?,
         to_ns: parse_int("to", p.to.as_deref())?,
         ..RequestFilter::default()

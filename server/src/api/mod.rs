@@ -91,6 +91,15 @@ fn width_px(value: Option<&str>, default: u32, max: u32) -> Result<u32> {
     Ok(width as u32)
 }
 
+/// A comma-separated list (`gpu-7,gpu-8`); empty when absent.
+fn list(v: Option<String>) -> Vec<String> {
+    v.iter()
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
 fn non_empty(v: Option<String>) -> Option<String> {
     v.filter(|s| !s.is_empty())
 }
@@ -133,14 +142,7 @@ impl ListParams {
         }
         .thresholds()?;
         Ok(RequestFilter {
-            instances: non_empty(self.instance)
-                .map(|v| {
-                    v.split(',')
-                        .map(|s| s.trim().to_string())
-                        .filter(|s| !s.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default(),
+            instances: list(self.instance),
             engine: non_empty(self.engine),
             model: non_empty(self.model),
             from_ns: parse_int("from", self.from.as_deref())?,

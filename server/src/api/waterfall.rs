@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use app::analysis::waterfall::Waterfall;
 
-use super::{non_empty, parse_int, width_px};
+use super::{list, non_empty, parse_int, width_px};
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -32,8 +32,12 @@ pub(super) async fn waterfall(
     State(store): State<Store>,
     Query(p): Query<WaterfallParams>,
 ) -> Result<Json<Waterfall>> {
-    let instance = non_empty(p.instance)
-        .ok_or_else(|| Error::InvalidArgument("instance= is required".into()))?;
+    // Several instances (comma-separated) are drawn as one: a PD deployment's prefill and
+    // decode instances, with each request's parts on one track.
+    let instances = list(p.instance);
+    if instances.is_empty() {
+        return Err(Error::InvalidArgument("instance= is required".into()));
+    }
     let width = width_px(p.width_px.as_deref(), 1200, 20_000)?;
     let compact = matches!(p.compact.as_deref(), Some("true" | "1"));
     let from = parse_int("from", p.from.as_deref())?;
@@ -49,13 +53,11 @@ pub(super) async fn waterfall(
         first_row: first_row as u32,
         rows: rows as u32,
         focus: non_empty(p.focus),
-        pull: non_empty(p.pull)
-            .map(|v| v.split(',').map(str::to_string).collect())
-            .unwrap_or_default(),
+        pull: list(p.pull),
     };
     Ok(Json(
         store
-            .waterfall(&instance, from, to, width, compact, &view)
+            .waterfall(&instances, from, to, width, compact, &view)
             .await?,
     ))
 }

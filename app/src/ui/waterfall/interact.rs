@@ -12,8 +12,8 @@ use wasm_bindgen::closure::Closure;
 use super::draw::{self, Frame};
 use super::geometry::Viewport;
 use super::state::WaterfallQuery;
-use super::{AXIS_H, LANE_H, MINIMAP_H, ROW_H, ROW_MARGIN, Selection, Wf, stalls};
-use crate::analysis::diagnosis::{Diagnosis, Thresholds};
+use super::{AXIS_H, LANE_H, MINIMAP_H, ROW_H, ROW_MARGIN, Selected, Selection, Wf, stalls};
+use crate::analysis::diagnosis::Thresholds;
 use crate::analysis::waterfall::{Lane, Waterfall};
 use crate::api::{RequestDetail, StageKind};
 use crate::ui::fetch::get_json;
@@ -24,12 +24,12 @@ use crate::ui::time::{Zone, clock};
 /// Quiet time after the last change of the view before data is fetched for it.
 const DEBOUNCE: Duration = Duration::from_millis(120);
 
-pub fn start(wf: Wf, diagnosis: Resource<Result<Option<Diagnosis>, String>>) {
+pub fn start(wf: Wf, selected: Resource<Result<Option<Selected>, String>>) {
     let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
     measure_on_mount_and_resize(wf);
     fetch_view(wf);
     fetch_minimap(wf);
-    follow_selection(wf, diagnosis);
+    follow_selection(wf, selected);
     Effect::new(move |_| {
         let z = zone.get();
         paint(wf, &z);
@@ -245,17 +245,30 @@ fn write_url(wf: Wf, v: Viewport, selected: Option<String>, compact: bool, pull:
 
 /// What the selected request adds to the picture: its stalls and token times (from its
 /// detail) and its culprits (from its diagnosis).
-fn follow_selection(wf: Wf, diagnosis: Resource<Result<Option<Diagnosis>, String>>) {
-    let instance = wf.q.with_value(|q| q.instance.clone());
+fn follow_selection(wf: Wf, selected: Resource<Result<Option<Selected>, String>>) {
     Effect::new(move |_| {
-        let Some(id) = wf.selected.get() else {
+        let Some(Ok(Some(info))) = selected.get() else {
             wf.sel.set(Selection::default());
             return;
         };
+        let id = info.diagnosis.request_id.clone();
+        let mut culprits: Vec<String> = info
+            .diagnosis
+            .findings
+            .iter()
+            .flat_map(|f| f.culprits.clone())
+            .collect();
+        culprits.sort();
+        culprits.dedup();
+        wf.sel.set(Selection {
+            request: Some(id.clone()),
+            culprits,
+            ..Selection::default()
+        });
         let url = format!(
             "/api/v1/requests/{}{}",
             encode(&id),
-            build(&[("instance", instance.clone())])
+            build(&[("instance", info.instance.clone())])
         );
         spawn_local(async move {
             let Ok(d) = get_json::<RequestDetail>(url).await else {
@@ -266,27 +279,21 @@ fn follow_selection(wf: Wf, diagnosis: Resource<Result<Option<Diagnosis>, String
             }
             let th = Thresholds::default();
             wf.sel.update(|s| {
-                s.request = Some(d.summary.request_id.clone());
                 s.stalls = stalls(&d, th.ttft_ms, th.tpot_ms);
                 s.token_times = d.tokens.iter().filter_map(|t| t.emitted_ns).collect();
-                s.extent = Some((d.summary.arrival_ns, d.finished_ns));
+                // The whole request, all its parts: what F fits.
+                let track = wf.data.with_untracked(|w| {
+                    w.as_ref()
+                        .and_then(|w| {
+                            w.tracks
+                                .iter()
+                                .find(|t| t.request_id == d.summary.request_id)
+                        })
+                        .map(|t| (t.arrival_ns, t.finished_ns))
+                });
+                s.extent = Some(track.unwrap_or((d.summary.arrival_ns, d.finished_ns)));
             });
         });
-    });
-    Effect::new(move |_| {
-        let culprits: Vec<String> = match diagnosis.get() {
-            Some(Ok(Some(d))) => {
-                let mut c: Vec<String> =
-                    d.findings.iter().flat_map(|f| f.culprits.clone()).collect();
-                c.sort();
-                c.dedup();
-                c
-            }
-            _ => Vec::new(),
-        };
-        if wf.sel.with_untracked(|s| s.culprits != culprits) {
-            wf.sel.update(|s| s.culprits = culprits);
-        }
     });
 }
 
@@ -424,6 +431,9 @@ fn hover_lines(wf: Wf, x: f64, y: f64) -> Option<Vec<String>> {
             .find(|tr| tr.row == row && tr.arrival_ns - tol <= t && t <= tr.finished_ns + tol)
         {
             let mut lines = vec![tr.request_id.clone()];
+            if !tr.parts.is_empty() {
+                lines.push(format!("ran on {}", tr.parts.join(" → ")));
+            }
             if let Some(s) = tr
                 .segments
                 .iter()
@@ -472,7 +482,9 @@ fn hover_lines(wf: Wf, x: f64, y: f64) -> Option<Vec<String>> {
     })
 }
 
-fn track_at(wf: Wf, x: f64, y: f64) -> Option<String> {
+/// The request whose track is under the pointer, and the instance of its last part when the
+/// view joins several instances.
+fn track_at(wf: Wf, x: f64, y: f64) -> Option<(String, Option<String>)> {
     if y < LANE_H + AXIS_H {
         return None;
     }
@@ -484,7 +496,7 @@ fn track_at(wf: Wf, x: f64, y: f64) -> Option<String> {
             .tracks
             .iter()
             .find(|tr| tr.row == row && tr.arrival_ns - tol <= t && t <= tr.finished_ns + tol)
-            .map(|tr| tr.request_id.clone())
+            .map(|tr| (tr.request_id.clone(), tr.parts.last().cloned()))
     })
 }
 
@@ -565,7 +577,7 @@ fn listen(wf: Wf) {
         drag.set_value(None);
         if let Some((_, _, false)) = was {
             let (x, y) = local_xy(&c, &e);
-            if let Some(id) = track_at(wf, x, y) {
+            if let Some((id, _)) = track_at(wf, x, y) {
                 wf.selected.set(Some(id));
             }
         }
@@ -573,11 +585,9 @@ fn listen(wf: Wf) {
     let c = canvas.clone();
     on(&canvas, "dblclick", move |e: web_sys::MouseEvent| {
         let (x, y) = local_xy(&c, &e);
-        if let Some(id) = track_at(wf, x, y) {
-            let href = crate::ui::explorer::table::request_href(
-                &wf.q.with_value(|q| q.instance.clone()),
-                &id,
-            );
+        if let Some((id, part)) = track_at(wf, x, y) {
+            let instance = part.unwrap_or_else(|| wf.q.with_value(|q| q.instance.clone()));
+            let href = crate::ui::explorer::table::request_href(&instance, &id);
             let _ = web_sys::window().map(|w| w.location().set_href(&href));
         }
     });

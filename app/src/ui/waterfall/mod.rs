@@ -16,9 +16,11 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use super::fetch::get_json;
+use super::query::{build, encode};
 use super::time::{Zone, date_time, span};
+use crate::analysis::diagnosis::Diagnosis;
 use crate::analysis::waterfall::Waterfall;
-use crate::api::{InstanceList, RequestDetail};
+use crate::api::{InstanceList, RequestDetail, RequestList};
 use crate::model::Nanos;
 use geometry::Viewport;
 use state::WaterfallQuery;
@@ -64,14 +66,64 @@ pub fn stalls(d: &RequestDetail, ttft_slo_ms: f64, tpot_slo_ms: f64) -> Vec<(Nan
     out
 }
 
+/// The selected request as the panel and the canvas need it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Selected {
+    /// The instance whose part of the request is diagnosed: of its parts in view, the one that
+    /// finished last (a PD request's decode part, which holds its tokens).
+    pub instance: String,
+    pub diagnosis: Diagnosis,
+    /// Instances not in view where the request also ran (a PD request's other part).
+    pub elsewhere: Vec<String>,
+}
+
+async fn select(id: String, in_view: Vec<String>) -> Result<Selected, String> {
+    let parts: RequestList = get_json(format!(
+        "/api/v1/requests{}",
+        build(&[
+            ("find", id.clone()),
+            ("order", "e2e_desc".into()),
+            ("limit", "20".into())
+        ])
+    ))
+    .await?;
+    let instance = parts
+        .requests
+        .iter()
+        .find(|r| in_view.contains(&r.instance))
+        .map(|r| r.instance.clone())
+        .ok_or_else(|| format!("no request {id:?} on {}", in_view.join(", ")))?;
+    let elsewhere = parts
+        .requests
+        .iter()
+        .map(|r| r.instance.clone())
+        .filter(|i| !in_view.contains(i))
+        .collect();
+    let diagnosis = get_json(format!(
+        "/api/v1/requests/{}/diagnosis{}",
+        encode(&id),
+        build(&[("instance", instance.clone())])
+    ))
+    .await?;
+    Ok(Selected {
+        instance,
+        diagnosis,
+        elsewhere,
+    })
+}
+
 #[component]
 pub fn WaterfallPage() -> impl IntoView {
     let params = use_query_map();
-    let q = params.with_untracked(WaterfallQuery::from_params);
-    if q.instance.is_empty() {
-        return view! { <InstancePicker/> }.into_any();
+    // A new instance is a new page; the rest of the view the page keeps in step itself.
+    let instance = Memo::new(move |_| params.with(|p| p.get("instance").unwrap_or_default()));
+    move || {
+        if instance.get().is_empty() {
+            return view! { <InstancePicker/> }.into_any();
+        }
+        let q = params.with_untracked(WaterfallQuery::from_params);
+        view! { <Waterfall q=q/> }.into_any()
     }
-    view! { <Waterfall q=q/> }.into_any()
 }
 
 /// Without an instance: the instances to choose from.
@@ -143,29 +195,21 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
         scroller: NodeRef::new(),
     };
     // The selected request's diagnosis (rendered on the server for a pasted link).
-    let instance = q.instance.clone();
-    let diagnosis = Resource::new(
+    let view_instances: Vec<String> = q.instance.split(',').map(str::to_string).collect();
+    let selected = Resource::new(
         move || wf.selected.get(),
         move |id| {
-            let url = id.map(|id| {
-                format!(
-                    "/api/v1/requests/{}/diagnosis{}",
-                    super::query::encode(&id),
-                    super::query::build(&[("instance", instance.clone())])
-                )
-            });
+            let instances = view_instances.clone();
             async move {
-                match url {
-                    Some(u) => get_json::<crate::analysis::diagnosis::Diagnosis>(u)
-                        .await
-                        .map(Some),
+                match id {
+                    Some(id) => select(id, instances).await.map(Some),
                     None => Ok(None),
                 }
             }
         },
     );
     #[cfg(feature = "hydrate")]
-    interact::start(wf, diagnosis);
+    interact::start(wf, selected);
     let rows_total = move || wf.data.with(|d| d.as_ref().map_or(0, |d| d.rows));
     let header_window = move || {
         let z = zone.get();
@@ -232,7 +276,7 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
                 </div>
                 <Legend/>
             </div>
-            <panel::Panel wf=wf diagnosis=diagnosis instance=q.instance.clone()/>
+            <panel::Panel wf=wf selected=selected/>
         </div>
     }
 }
@@ -261,7 +305,8 @@ fn RowLabels(wf: Wf) -> impl IntoView {
                     let id = t.request_id.clone();
                     let is_sel = selected.as_deref() == Some(id.as_str());
                     let culprit = sel.culprits.contains(&id);
-                    let href = super::explorer::table::request_href(&instance, &id);
+                    let part = t.parts.last().unwrap_or(&instance);
+                    let href = super::explorer::table::request_href(part, &id);
                     let dur = super::format::duration_ms((t.finished_ns - t.arrival_ns) as f64 / 1e6);
                     view! {
                         <div class="wf-row-label" class:selected=is_sel class:culprit=culprit style=format!("top:{top}px") data-request=id.clone()>

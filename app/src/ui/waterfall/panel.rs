@@ -1,37 +1,45 @@
 //! The side panel: the selected request's diagnosis in sentences, its culprits (click to select
-//! one), and links to its request page.
+//! one), a link to its request page, and to its other part when it ran on another instance too.
 
 use leptos::prelude::*;
 
-use super::Wf;
-use crate::analysis::diagnosis::{Diagnosis, Verdict};
+use super::state::WaterfallQuery;
+use super::{Selected, Wf};
+use crate::analysis::diagnosis::Verdict;
 use crate::ui::explorer::table::request_href;
 
 #[component]
-pub fn Panel(
-    wf: Wf,
-    diagnosis: Resource<Result<Option<Diagnosis>, String>>,
-    instance: String,
-) -> impl IntoView {
+pub fn Panel(wf: Wf, selected: Resource<Result<Option<Selected>, String>>) -> impl IntoView {
     view! {
         <aside class="wf-panel panel" data-testid="wf-panel">
             <Suspense fallback=|| view! { <p class="skeleton">"Diagnosing…"</p> }>
-                {move || diagnosis.get().map(|r| match r {
+                {move || selected.get().map(|r| match r {
                     Err(e) => view! { <p class="error">"Could not diagnose: " {e}</p> }.into_any(),
                     Ok(None) => view! {
                         <h3>"No request selected"</h3>
                         <p class="muted">"Click a track to see why it was slow: its stalls are shaded across every track, and the requests whose prefills caused them are marked ◆."</p>
                     }.into_any(),
-                    Ok(Some(d)) => findings(wf, d, instance.clone()).into_any(),
+                    Ok(Some(s)) => findings(wf, s).into_any(),
                 })}
             </Suspense>
         </aside>
     }
 }
 
-fn findings(wf: Wf, d: Diagnosis, instance: String) -> impl IntoView {
+fn findings(wf: Wf, s: Selected) -> impl IntoView {
+    let d = s.diagnosis;
     let healthy = d.verdict == Verdict::Healthy;
-    let href = request_href(&instance, &d.request_id);
+    let href = request_href(&s.instance, &d.request_id);
+    // A PD request's other part: the same view with that instance added, its parts joined.
+    let joined = (!s.elsewhere.is_empty()).then(|| {
+        let q = wf.q.get_value();
+        let instance = format!("{},{}", q.instance, s.elsewhere.join(","));
+        let href = WaterfallQuery { instance, ..q }.href();
+        view! {
+            <p class="joined" data-testid="show-joined">"Also ran on " {s.elsewhere.join(", ")} ": "
+                <a href=href rel="external">"show its parts joined"</a></p>
+        }
+    });
     let list = d
         .findings
         .into_iter()
@@ -57,6 +65,8 @@ fn findings(wf: Wf, d: Diagnosis, instance: String) -> impl IntoView {
     view! {
         <h3 class="sel-id" data-testid="selected-request">{d.request_id.clone()}</h3>
         <span class="verdict" class:bad=!healthy>{if healthy { "healthy" } else { "degraded" }}</span>
+        <span class="muted">" on " {s.instance.clone()}</span>
+        {joined}
         {healthy.then(|| view! { <p class="muted">"Met its SLOs; nothing unusual in its word choice."</p> })}
         <ul class="findings" data-testid="findings">{list}</ul>
         <p class="panel-links"><a href=href>"open the request page"</a>" · "<span class="muted">"F zooms to it"</span></p>
