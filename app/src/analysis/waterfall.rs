@@ -10,13 +10,23 @@ use serde::{Deserialize, Serialize};
 use crate::api::{Stage, StageKind};
 use crate::model::Nanos;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Track {
     /// Row on screen (0 = top). In compact mode requests that do not overlap share a row.
     pub row: u32,
     pub request_id: String,
     pub arrival_ns: Nanos,
     pub finished_ns: Nanos,
+    /// Its size and speed, for the row's label: prompt tokens (of its first part), output tokens,
+    /// TTFT from its arrival and TPOT (of its last part).
+    #[serde(default)]
+    pub prompt_tokens: u32,
+    #[serde(default)]
+    pub output_tokens: u32,
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    #[serde(default)]
+    pub tpot_ms: Option<f64>,
     pub segments: Vec<Stage>,
     /// When each output token was emitted, once the window is zoomed in far enough that tokens
     /// are pixels apart (`TOKEN_TICK_PX_NS`); empty otherwise.
@@ -345,9 +355,7 @@ mod tests {
                 request_id: id.to_string(),
                 arrival_ns: i as Nanos,
                 finished_ns: i as Nanos + 10,
-                segments: vec![],
-                token_ns: vec![],
-                parts: vec![],
+                ..Track::default()
             })
             .collect();
         let row = pull_next_to(&mut t, "v", &["c1".into(), "c2".into(), "gone".into()]);
@@ -511,8 +519,7 @@ mod tests {
                             iteration: None,
                         },
                     ],
-                    token_ns: vec![],
-                    parts: vec![],
+                    ..Track::default()
                 })
                 .collect();
             let narrow = 1 + (seed as Nanos * 7) % 200;

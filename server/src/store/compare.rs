@@ -27,7 +27,7 @@ impl Store {
         width_px: u32,
         th: &Thresholds,
     ) -> Result<CompareSide> {
-        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
+        let instances = f.instance_list();
         let (from, to) = (
             f.from_ns.unwrap_or(Nanos::MIN),
             f.to_ns.unwrap_or(Nanos::MAX),
@@ -83,7 +83,7 @@ impl Store {
         &self,
         f: &RequestFilter,
     ) -> Result<(Vec<HistogramBin>, Vec<HistogramBin>)> {
-        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
+        let instances = f.instance_list();
         let rows = sqlx::query!(
             r#"SELECT h.metric AS "metric!", floor($6::float8 * ln(greatest(h.ns, 1000)::float8 / 1e6) / ln(2))::int AS "bin!",
                       count(*)::int AS "requests!"

@@ -19,7 +19,7 @@ impl Store {
         width_px: u32,
         (ttft_slo_ms, tpot_slo_ms): (f64, f64),
     ) -> Result<LatencySeries> {
-        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
+        let instances = f.instance_list();
         let to = match f.to_ns {
             Some(to) => to,
             None => self
@@ -82,7 +82,7 @@ impl Store {
 
     /// Arrival of the newest request that matches `f`'s instances, engine and model (any time).
     pub async fn newest_arrival(&self, f: &RequestFilter) -> Result<Option<Nanos>> {
-        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
+        let instances = f.instance_list();
         Ok(sqlx::query_scalar!(
             r#"SELECT max(r.arrival_ns) AS newest
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id

@@ -64,6 +64,13 @@ pub struct RequestFilter {
     pub offset: i64,
 }
 
+impl RequestFilter {
+    /// The instances to match, or `None` for any (as the queries take them).
+    pub fn instance_list(&self) -> Option<&[String]> {
+        (!self.instances.is_empty()).then_some(&self.instances[..])
+    }
+}
+
 /// The columns a request list can be sorted by.
 pub const ORDER_KEYS: [&str; 7] = [
     "arrival", "ttft", "tpot", "e2e", "queue", "prompt", "output",
@@ -125,7 +132,7 @@ fn trace_id_bytes(s: &str) -> Option<Vec<u8>> {
 impl Store {
     /// A page of the requests that match `f`, in its order, and how many match in all.
     pub async fn list_requests(&self, f: &RequestFilter) -> Result<(Vec<RequestSummary>, u64)> {
-        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
+        let instances = f.instance_list();
         let trace = f.find.as_deref().and_then(trace_id_bytes);
         let rows = sqlx::query!(
             r#"SELECT r.request_id, i.engine, i.instance_key, m.name AS model, r.arrival_ns, r.ttft_ns, r.tpot_ns,
@@ -241,7 +248,7 @@ impl Store {
         after: Option<&(Nanos, String)>,
         limit: i64,
     ) -> Result<Vec<Loaded>> {
-        let instances = (!f.instances.is_empty()).then_some(&f.instances[..]);
+        let instances = f.instance_list();
         let rows = sqlx::query_as!(
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use app::analysis::stages::{coarse_stages, stages};
 use app::analysis::waterfall::{self, Bucket, Lane, Step, Track, Waterfall};
-use app::model::{Nanos, RequestTrace};
+use app::model::{Nanos, RequestTrace, ms};
 
 use super::{REQUEST_LOOKBACK_NS, Store, read::count, token_block, write::Detail};
 use crate::error::{Error, Result};
@@ -130,7 +130,8 @@ impl Store {
         to: Nanos,
     ) -> Result<(Vec<Track>, HashMap<String, Vec<Part>>)> {
         let spans = sqlx::query!(
-            "SELECT instance_id, request_id, arrival_ns, finished_ns, queue_ns, ttft_ns FROM requests
+            "SELECT instance_id, request_id, arrival_ns, finished_ns, queue_ns, ttft_ns, tpot_ns,
+                    prompt_tokens, output_tokens FROM requests
              WHERE instance_id = ANY($1) AND arrival_ns >= $2 AND arrival_ns < $3 AND finished_ns >= $4
              ORDER BY arrival_ns",
             ids,
@@ -144,16 +145,21 @@ impl Store {
         let mut tracks: HashMap<String, Track> = HashMap::new();
         for r in spans {
             let t = tracks.entry(r.request_id.clone()).or_insert_with(|| Track {
-                row: 0,
                 request_id: r.request_id.clone(),
                 arrival_ns: r.arrival_ns,
                 finished_ns: r.finished_ns,
-                segments: Vec::new(),
-                token_ns: Vec::new(),
-                parts: Vec::new(),
+                ..Track::default()
             });
             t.arrival_ns = t.arrival_ns.min(r.arrival_ns);
             t.finished_ns = t.finished_ns.max(r.finished_ns);
+            // The part that finished last made the tokens (a PD request's decode part); its
+            // prefill part, the first, saw the whole prompt.
+            t.prompt_tokens = t.prompt_tokens.max(count(r.prompt_tokens));
+            if r.finished_ns >= t.finished_ns {
+                t.output_tokens = count(r.output_tokens);
+                t.tpot_ms = r.tpot_ns.map(ms);
+                t.ttft_ms = r.ttft_ns.map(|v| ms(v + r.arrival_ns - t.arrival_ns));
+            }
             parts.entry(r.request_id).or_default().push(Part {
                 instance_id: r.instance_id,
                 arrival_ns: r.arrival_ns,

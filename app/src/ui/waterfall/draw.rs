@@ -259,12 +259,20 @@ pub fn lane(ctx: &CanvasRenderingContext2d, v: &Viewport, lane: &Lane, y: f64, h
 fn axis(ctx: &CanvasRenderingContext2d, v: &Viewport, zone: &Zone, y: f64, tracks_h: f64) {
     let step = tick_step(v.span(), (v.width / 90).max(2));
     ctx.set_font("11px system-ui, sans-serif");
-    ctx.set_text_align("center");
+    let w = f64::from(v.width);
     for t in ticks(v.from, v.to, step, zone) {
         let x = v.x(t).round() + 0.5;
         ctx.set_fill_style_str("#e3e7ec");
         ctx.fill_rect(x, y + AXIS_H - 4.0, 1.0, tracks_h + 4.0);
         ctx.set_fill_style_str("#5b6473");
+        // Labels at the edges stay inside the canvas.
+        ctx.set_text_align(if x < 36.0 {
+            "left"
+        } else if x > w - 36.0 {
+            "right"
+        } else {
+            "center"
+        });
         let _ = ctx.fill_text(&clock(t, zone, step), x, y + 14.0);
     }
 }

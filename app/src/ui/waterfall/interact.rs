@@ -430,7 +430,16 @@ fn hover_lines(wf: Wf, x: f64, y: f64) -> Option<Vec<String>> {
             .iter()
             .find(|tr| tr.row == row && tr.arrival_ns - tol <= t && t <= tr.finished_ns + tol)
         {
-            let mut lines = vec![tr.request_id.clone()];
+            let mut lines = vec![
+                tr.request_id.clone(),
+                format!(
+                    "{} → {} tok · TTFT {} · TPOT {}",
+                    thousands(tr.prompt_tokens.into()),
+                    thousands(tr.output_tokens.into()),
+                    tr.ttft_ms.map(duration_ms).unwrap_or_else(|| "–".into()),
+                    tr.tpot_ms.map(duration_ms).unwrap_or_else(|| "–".into())
+                ),
+            ];
             if !tr.parts.is_empty() {
                 lines.push(format!("ran on {}", tr.parts.join(" → ")));
             }

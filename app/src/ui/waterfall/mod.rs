@@ -16,6 +16,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use super::fetch::get_json;
+use super::format::{duration_ms, thousands};
 use super::query::{build, encode};
 use super::time::{Zone, date_time, span};
 use crate::analysis::diagnosis::Diagnosis;
@@ -241,7 +242,7 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
                 <span class="wf-window" data-testid="wf-window">{header_window}</span>
             </div>
             <div class="wf-controls">
-                <span class="muted">{move || format!("{} requests", super::format::thousands(rows_total().into()))}</span>
+                <span class="muted">{move || format!("{} requests", thousands(rows_total().into()))}</span>
                 <label><input type="checkbox" data-testid="compact" prop:checked=move || wf.compact.get()
                     on:change=move |ev| wf.compact.set(event_target_checked(&ev))/>" compact"</label>
                 <label title="Move the selected request's culprits to the rows below it"><input type="checkbox" data-testid="pull"
@@ -307,12 +308,25 @@ fn RowLabels(wf: Wf) -> impl IntoView {
                     let culprit = sel.culprits.contains(&id);
                     let part = t.parts.last().unwrap_or(&instance);
                     let href = super::explorer::table::request_href(part, &id);
-                    let dur = super::format::duration_ms((t.finished_ns - t.arrival_ns) as f64 / 1e6);
+                    // What broke, if anything; else how long it took.
+                    let th = crate::analysis::diagnosis::Thresholds::default();
+                    let (note, bad) = match (t.ttft_ms, t.tpot_ms) {
+                        (_, Some(v)) if v > th.tpot_ms => (format!("TPOT {} ▲", duration_ms(v)), true),
+                        (Some(v), _) if v > th.ttft_ms => (format!("TTFT {} ▲", duration_ms(v)), true),
+                        _ => (duration_ms((t.finished_ns - t.arrival_ns) as f64 / 1e6), false),
+                    };
+                    let title = format!(
+                        "{id}: {} → {} tok · TTFT {} · TPOT {}",
+                        thousands(t.prompt_tokens.into()),
+                        thousands(t.output_tokens.into()),
+                        t.ttft_ms.map(duration_ms).unwrap_or_else(|| "–".into()),
+                        t.tpot_ms.map(duration_ms).unwrap_or_else(|| "–".into())
+                    );
                     view! {
                         <div class="wf-row-label" class:selected=is_sel class:culprit=culprit style=format!("top:{top}px") data-request=id.clone()>
                             {culprit.then(|| view! { <span class="culprit-mark" title="its prefill stalled the selected request">"◆"</span> })}
-                            <a href=href title=id.clone()>{id.clone()}</a>
-                            <span class="muted">{dur}</span>
+                            <a href=href title=title>{id.clone()}</a>
+                            <span class="muted" class:bad=bad>{note}</span>
                         </div>
                     }
                 })
