@@ -211,6 +211,7 @@ impl Percentiles {
 pub struct CompareSide {
     pub instances: Vec<String>,
     pub engine: Option<String>,
+    pub engine_version: Option<String>,
     pub model: Option<String>,
     pub from_ns: Nanos,
     pub to_ns: Nanos,

@@ -48,6 +48,16 @@ test("the victim of prefill-interrupts-decode: stalls shaded, culprits pulled ne
     const at = labels.findIndex((l) => l.id === "pid-victim");
     return at >= 0 && labels[at + 1]?.culprit === true;
   }, { timeout: 10_000 }).toBe(true);
+  // Rows by TPOT (culprits no longer pulled): the slowest request of the window comes first.
+  await page.getByTestId("pull").uncheck();
+  await page.getByTestId("sort").selectOption("tpot");
+  await expect(page).toHaveURL(/sort=tpot/);
+  await expect.poll(async () => {
+    const labels = await page.locator(".wf-row-label").evaluateAll((els) =>
+      els.map((e) => ({ id: e.getAttribute("data-request"), top: parseFloat((e as HTMLElement).style.top) })));
+    labels.sort((a, b) => a.top - b.top);
+    return labels[0]?.id;
+  }, { timeout: 10_000 }).toBe("pid-prefill-00");
   // Hover shows what is under the pointer.
   const canvas = page.getByTestId("wf-canvas");
   const box = (await canvas.boundingBox())!;

@@ -126,6 +126,7 @@ mod tests {
         CompareSide {
             instances: vec!["gpu-0".into()],
             engine: None,
+            engine_version: None,
             model: None,
             from_ns: 0,
             to_ns: 1,

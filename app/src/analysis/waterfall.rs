@@ -323,6 +323,69 @@ pub fn tracks(mut tracks: Vec<Track>, compact: bool, gap: Nanos) -> (Vec<Track>,
     (tracks, used)
 }
 
+/// What the rows of a waterfall are sorted by (not in compact mode, where packing decides).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RowOrder {
+    /// Arrival, oldest first.
+    #[default]
+    Arrival,
+    /// The rest: largest first, the requests without the value last, ties by arrival.
+    Ttft,
+    Tpot,
+    Prompt,
+    Duration,
+}
+
+impl RowOrder {
+    pub const ALL: [RowOrder; 5] = [
+        RowOrder::Arrival,
+        RowOrder::Ttft,
+        RowOrder::Tpot,
+        RowOrder::Prompt,
+        RowOrder::Duration,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RowOrder::Arrival => "arrival",
+            RowOrder::Ttft => "ttft",
+            RowOrder::Tpot => "tpot",
+            RowOrder::Prompt => "prompt",
+            RowOrder::Duration => "duration",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == s)
+    }
+
+    fn key(self, t: &Track) -> Option<f64> {
+        match self {
+            RowOrder::Arrival => None,
+            RowOrder::Ttft => t.ttft_ms,
+            RowOrder::Tpot => t.tpot_ms,
+            RowOrder::Prompt => Some(f64::from(t.prompt_tokens)),
+            RowOrder::Duration => Some((t.finished_ns - t.arrival_ns) as f64),
+        }
+    }
+}
+
+/// Rows renumbered in `order` (tracks laid out one per row, by arrival).
+pub fn sort_rows(tracks: &mut [Track], order: RowOrder) {
+    if order == RowOrder::Arrival {
+        return;
+    }
+    tracks.sort_by(|a, b| match (order.key(a), order.key(b)) {
+        (Some(x), Some(y)) => y.total_cmp(&x).then(a.row.cmp(&b.row)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.row.cmp(&b.row),
+    });
+    for (i, t) in tracks.iter_mut().enumerate() {
+        t.row = i as u32;
+    }
+}
+
 /// Moves the tracks of `pull` (a request's culprits, say) to the rows right below `focus`'s,
 /// keeping every other track in its order; returns the focused row. Tracks must have one row
 /// each (not packed).
@@ -344,6 +407,26 @@ pub fn pull_next_to(tracks: &mut [Track], focus: &str, pull: &[String]) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_sort_slowest_first_with_unknowns_last() {
+        let mut t: Vec<Track> = [Some(20.0), None, Some(90.0), Some(20.0)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, tpot)| Track {
+                row: i as u32,
+                request_id: format!("r{i}"),
+                tpot_ms: tpot,
+                ..Track::default()
+            })
+            .collect();
+        sort_rows(&mut t, RowOrder::Tpot);
+        let order: Vec<&str> = t.iter().map(|t| t.request_id.as_str()).collect();
+        assert_eq!(order, ["r2", "r0", "r3", "r1"], "ties keep arrival order");
+        assert!(t.iter().enumerate().all(|(i, t)| t.row == i as u32));
+        assert_eq!(RowOrder::parse("prompt"), Some(RowOrder::Prompt));
+        assert_eq!(RowOrder::parse("fastest"), None);
+    }
 
     #[test]
     fn pulled_tracks_sit_right_below_the_focus_and_the_rest_keep_their_order() {

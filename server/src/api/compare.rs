@@ -20,7 +20,7 @@ use crate::store::{RequestFilter, Store};
 /// length before B.
 const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
 
-/// `a_instance=&a_engine=&a_model=&a_from=&a_to=` and the same with `b_`, plus `width_px`
+/// `a_instance=&a_engine=&a_engine_version=&a_model=&a_from=&a_to=` and the same with `b_`, plus `width_px`
 /// (of the charts), `ttft_ms` and `tpot_ms` (the SLOs of both sides), and `span_s`: the length
 /// of a side whose window is not given (default an hour).
 pub(super) async fn compare(
@@ -83,6 +83,7 @@ fn side(p: &mut HashMap<String, String>, prefix: &str) -> Result<RequestFilter> 
     ListParams {
         instance: take("instance"),
         engine: take("engine"),
+        engine_version: take("engine_version"),
         model: take("model"),
         from: take("from"),
         to: take("to"),

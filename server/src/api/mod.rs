@@ -53,6 +53,7 @@ pub struct ListParams {
     /// One instance, or several separated by commas.
     instance: Option<String>,
     engine: Option<String>,
+    engine_version: Option<String>,
     model: Option<String>,
     from: Option<String>,
     to: Option<String>,
@@ -144,6 +145,7 @@ impl ListParams {
         Ok(RequestFilter {
             instances: list(self.instance),
             engine: non_empty(self.engine),
+            engine_version: non_empty(self.engine_version),
             model: non_empty(self.model),
             from_ns: parse_int("from", self.from.as_deref())?,
             to_ns: parse_int("to", self.to.as_deref())?,

@@ -6,7 +6,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use app::analysis::waterfall::Waterfall;
+use app::analysis::waterfall::{RowOrder, Waterfall};
 
 use super::{list, non_empty, parse_int, width_px};
 use crate::error::{Error, Result};
@@ -24,9 +24,11 @@ pub(super) struct WaterfallParams {
     focus: Option<String>,
     /// Request ids, comma-separated, to show right below `focus`.
     pull: Option<String>,
+    /// arrival (default), ttft, tpot, prompt or duration: the largest first.
+    sort: Option<String>,
 }
 
-/// `GET /api/v1/waterfall?instance=&from=&to=&width_px=&compact=&first_row=&rows=&focus=&pull=`:
+/// `GET /api/v1/waterfall?instance=&from=&to=&width_px=&compact=&first_row=&rows=&focus=&pull=&sort=`:
 /// tracks and the iteration lane.
 pub(super) async fn waterfall(
     State(store): State<Store>,
@@ -49,11 +51,19 @@ pub(super) async fn waterfall(
             "first_row must be ≥ 0 and rows between 1 and 5000".into(),
         ));
     }
+    let order = match non_empty(p.sort) {
+        None => RowOrder::Arrival,
+        Some(s) => RowOrder::parse(&s).ok_or_else(|| {
+            let names: Vec<&str> = RowOrder::ALL.iter().map(|o| o.name()).collect();
+            Error::InvalidArgument(format!("sort={s:?} is not one of {}", names.join(", ")))
+        })?,
+    };
     let view = crate::store::Rows {
         first_row: first_row as u32,
         rows: rows as u32,
         focus: non_empty(p.focus),
         pull: list(p.pull),
+        order,
     };
     Ok(Json(
         store

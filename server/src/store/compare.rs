@@ -47,13 +47,14 @@ impl Store {
                       percentile_disc(0.9) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p90,
                       percentile_disc(0.99) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p99
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($6::text IS NULL OR i.engine_version = $6)
                  AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5"#,
             instances,
             f.engine,
             f.model,
             from,
             to,
+            f.engine_version,
         )
         .fetch_one(&self.pool)
         .await?;
@@ -62,6 +63,7 @@ impl Store {
         Ok(CompareSide {
             instances: f.instances.clone(),
             engine: f.engine.clone(),
+            engine_version: f.engine_version.clone(),
             model: f.model.clone(),
             from_ns: from,
             to_ns: to,
@@ -89,7 +91,7 @@ impl Store {
                       count(*)::int AS "requests!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                CROSS JOIN LATERAL (VALUES ('ttft', r.ttft_ns), ('tpot', r.tpot_ns)) AS h (metric, ns)
-               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($7::text IS NULL OR i.engine_version = $7)
                  AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND h.ns IS NOT NULL
                GROUP BY 1, 2 ORDER BY 1, 2"#,
@@ -99,6 +101,7 @@ impl Store {
             f.from_ns.unwrap_or(Nanos::MIN),
             f.to_ns.unwrap_or(Nanos::MAX),
             BINS_PER_OCTAVE,
+            f.engine_version,
         )
         .fetch_all(&self.pool)
         .await?;

@@ -46,7 +46,7 @@ impl Store {
                       count(*) FILTER (WHERE r.ttft_ns > $7)::int AS "ttft_over!",
                       count(*) FILTER (WHERE r.tpot_ns > $8)::int AS "tpot_over!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
                  AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                GROUP BY 1 ORDER BY 1"#,
             instances,
@@ -57,6 +57,7 @@ impl Store {
             bucket,
             slo_ns(ttft_slo_ms),
             slo_ns(tpot_slo_ms),
+            f.engine_version,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -86,11 +87,12 @@ impl Store {
         Ok(sqlx::query_scalar!(
             r#"SELECT max(r.arrival_ns) AS newest
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($4::text IS NULL OR i.engine_version = $4)
                  AND ($3::text IS NULL OR m.name = $3)"#,
             instances,
             f.engine,
             f.model,
+            f.engine_version,
         )
         .fetch_one(&self.pool)
         .await?)

@@ -50,6 +50,8 @@ pub struct RequestFilter {
     /// Any of these instances.
     pub instances: Vec<String>,
     pub engine: Option<String>,
+    /// The engine's version as its instances report it (`0.11.0`).
+    pub engine_version: Option<String>,
     pub model: Option<String>,
     pub from_ns: Option<Nanos>,
     pub to_ns: Option<Nanos>,
@@ -140,7 +142,7 @@ impl Store {
                       count(*) OVER () AS "total!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1))
-                 AND ($2::text IS NULL OR i.engine = $2)
+                 AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
                  AND ($3::text IS NULL OR m.name = $3)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
@@ -165,6 +167,7 @@ impl Store {
             if f.order.descending { -1i64 } else { 1 },
             f.limit,
             f.offset,
+            f.engine_version,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -255,7 +258,7 @@ impl Store {
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
                       r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
                  AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($6, $7::text))
                ORDER BY r.arrival_ns, r.request_id
@@ -267,7 +270,8 @@ impl Store {
             f.to_ns.unwrap_or(Nanos::MAX),
             after.map(|a| a.0),
             after.map(|a| a.1.as_str()),
-            limit
+            limit,
+            f.engine_version
         )
         .fetch_all(&self.pool)
         .await?;

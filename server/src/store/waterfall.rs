@@ -31,6 +31,8 @@ pub struct Rows {
     pub focus: Option<String>,
     /// Moved to the rows right below the focused request (not in compact mode).
     pub pull: Vec<String>,
+    /// What the rows are sorted by (not in compact mode).
+    pub order: waterfall::RowOrder,
 }
 
 /// A request's part on one instance. A request served by several instances in view
@@ -68,6 +70,9 @@ impl Store {
         let gap = waterfall::bucket_ns(from, to, width_px);
         let (placed, parts) = self.extents(&ids, &keys, from, to).await?;
         let (mut placed, rows) = waterfall::tracks(placed, compact, gap);
+        if !compact {
+            waterfall::sort_rows(&mut placed, view.order);
+        }
         let focus_row = match &view.focus {
             Some(focus) if !compact => waterfall::pull_next_to(&mut placed, focus, &view.pull),
             Some(focus) => placed

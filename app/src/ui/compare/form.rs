@@ -42,6 +42,7 @@ pub fn SideForm(current: Option<(CompareSide, CompareSide)>) -> impl IntoView {
         match field {
             "instance" => s.instances.join(","),
             "engine" => s.engine.clone().unwrap_or_default(),
+            "engine_version" => s.engine_version.clone().unwrap_or_default(),
             "model" => s.model.clone().unwrap_or_default(),
             "from" => input_value(s.from_ns, &zone.get_untracked()),
             _ => input_value(s.to_ns, &zone.get_untracked()),
@@ -56,7 +57,7 @@ pub fn SideForm(current: Option<(CompareSide, CompareSide)>) -> impl IntoView {
             let kind = if field == "from" || field == "to" { "datetime-local" } else { "text" };
             let placeholder = if kind == "text" { "any" } else { "" };
             view! {
-                <label class="field">{format!("{} {field}", side.to_uppercase())}
+                <label class="field">{format!("{} {}", side.to_uppercase(), field.replace('_', " "))}
                     <input node_ref=r type=kind step="1" name=k data-testid=k placeholder=placeholder value=value(cur, field)/></label>
             }
         })

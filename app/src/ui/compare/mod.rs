@@ -15,14 +15,16 @@ use super::time::{Zone, date_time};
 use crate::api::{CompareSide, Comparison, Delta, HistogramBin};
 
 /// The parameters a comparison is made of, as they stand in the page's URL and the API's.
-pub const KEYS: [&str; 10] = [
+pub const KEYS: [&str; 12] = [
     "a_instance",
     "a_engine",
+    "a_engine_version",
     "a_model",
     "a_from",
     "a_to",
     "b_instance",
     "b_engine",
+    "b_engine_version",
     "b_model",
     "b_from",
     "b_to",
@@ -73,6 +75,7 @@ fn QuickPicks() -> impl IntoView {
         let keep: Vec<(&str, String)> = [
             ("a_instance", "b_instance"),
             ("a_engine", "b_engine"),
+            ("a_engine_version", "b_engine_version"),
             ("a_model", "b_model"),
         ]
         .into_iter()
@@ -100,6 +103,7 @@ fn side_name(s: &CompareSide, zone: &Zone) -> String {
         (!s.instances.is_empty()).then(|| s.instances.join(", ")),
         s.model.clone(),
         s.engine.clone(),
+        s.engine_version.clone(),
     ]
     .into_iter()
     .flatten()

@@ -26,6 +26,13 @@ pub fn Filters(
         .collect();
     engines.sort();
     engines.dedup();
+    let mut versions: Vec<String> = instances
+        .iter()
+        .map(|i| i.engine_version.clone())
+        .filter(|v| !v.is_empty())
+        .collect();
+    versions.sort();
+    versions.dedup();
     let (from_in, to_in, find_in) = (
         NodeRef::<html::Input>::new(),
         NodeRef::<html::Input>::new(),
@@ -117,6 +124,7 @@ pub fn Filters(
             <div class="filter-row">
                 {select(models, q.model.clone(), "Model", |q, v| q.model = v)}
                 {select(engines, q.engine.clone(), "Engine", |q, v| q.engine = v)}
+                {select(versions, q.version.clone(), "Version", |q, v| q.version = v)}
                 <label class="field">"SLO"
                     <select data-testid="slo-filter" on:change=move |ev| {
                         let v = event_target_value(&ev);

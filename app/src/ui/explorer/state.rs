@@ -22,6 +22,8 @@ pub struct ExplorerQuery {
     pub instance: String,
     pub model: String,
     pub engine: String,
+    /// The engine's version (`0.11.0`).
+    pub version: String,
     /// A preset of `PRESETS`, or empty.
     pub range: String,
     pub from: Option<Nanos>,
@@ -46,6 +48,7 @@ impl ExplorerQuery {
             instance: s("instance"),
             model: s("model"),
             engine: s("engine"),
+            version: s("version"),
             range: s("range"),
             from: n("from"),
             to: n("to"),
@@ -69,6 +72,7 @@ impl ExplorerQuery {
                 ("instance", self.instance.clone()),
                 ("model", self.model.clone()),
                 ("engine", self.engine.clone()),
+                ("version", self.version.clone()),
                 ("range", self.range.clone()),
                 ("from", opt(self.from)),
                 ("to", opt(self.to)),
@@ -97,11 +101,12 @@ impl ExplorerQuery {
         (self.from, self.to)
     }
 
-    /// The instance, engine and model filters as API parameters.
+    /// The instance, engine, version and model filters as API parameters.
     pub fn filters(&self) -> Vec<(&'static str, String)> {
         vec![
             ("instance", self.instance.clone()),
             ("engine", self.engine.clone()),
+            ("engine_version", self.version.clone()),
             ("model", self.model.clone()),
         ]
     }

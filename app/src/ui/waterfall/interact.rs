@@ -63,6 +63,7 @@ fn follow_history(wf: Wf) {
         wf.selected.set(q.focus.clone());
         wf.compact.set(q.compact);
         wf.pull.set(q.pull);
+        wf.sort.set(q.sort.clone());
         wf.q.set_value(q);
     });
     on_cleanup(move || handle.remove());
@@ -108,6 +109,7 @@ fn fetch_view(wf: Wf) {
         let compact = wf.compact.get();
         let selected = wf.selected.get();
         let pull = wf.pull.get();
+        let sort = wf.sort.get();
         let culprits = wf.sel.with(|s| s.culprits.clone());
         if v.width <= 1 {
             return;
@@ -142,6 +144,7 @@ fn fetch_view(wf: Wf) {
                         String::new()
                     }
                 ),
+                ("sort", if compact { String::new() } else { sort.clone() }),
             ])
         );
         set_timeout(
@@ -149,7 +152,7 @@ fn fetch_view(wf: Wf) {
                 if generation.get_value() != mine {
                     return; // the view moved on
                 }
-                write_url(wf, v, selected, compact, pull);
+                write_url(wf, v, selected, compact, pull, sort);
                 spawn_local(async move {
                     let reply = get_json::<Waterfall>(url).await;
                     if generation.get_value() != mine {
@@ -213,7 +216,14 @@ fn fetch_minimap(wf: Wf) {
 
 /// The URL is the view: replaced while the user pans and zooms, so Back leaves the page rather
 /// than replaying every frame; a change of selection is pushed, so Back returns to the last one.
-fn write_url(wf: Wf, v: Viewport, selected: Option<String>, compact: bool, pull: bool) {
+fn write_url(
+    wf: Wf,
+    v: Viewport,
+    selected: Option<String>,
+    compact: bool,
+    pull: bool,
+    sort: String,
+) {
     let Some(window) = web_sys::window() else {
         return;
     };
@@ -227,6 +237,7 @@ fn write_url(wf: Wf, v: Viewport, selected: Option<String>, compact: bool, pull:
         focus: selected.clone(),
         compact,
         pull,
+        sort,
         ..q.clone()
     };
     if next == q {

@@ -167,6 +167,7 @@ pub struct Wf {
     pub sel: RwSignal<Selection>,
     pub compact: RwSignal<bool>,
     pub pull: RwSignal<bool>,
+    pub sort: RwSignal<String>,
     pub tooltip: RwSignal<Option<(f64, f64, Vec<String>)>>,
     pub canvas: NodeRef<html::Canvas>,
     pub mini: NodeRef<html::Canvas>,
@@ -190,6 +191,7 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
         sel: RwSignal::new(Selection::default()),
         compact: RwSignal::new(q.compact),
         pull: RwSignal::new(q.pull),
+        sort: RwSignal::new(q.sort.clone()),
         tooltip: RwSignal::new(None),
         canvas: NodeRef::new(),
         mini: NodeRef::new(),
@@ -243,6 +245,14 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
             </div>
             <div class="wf-controls">
                 <span class="muted">{move || format!("{} requests", thousands(rows_total().into()))}</span>
+                <label>"rows by "
+                    <select data-testid="sort" on:change=move |ev| wf.sort.set(event_target_value(&ev))>
+                        {[("", "arrival"), ("ttft", "slowest TTFT"), ("tpot", "slowest TPOT"), ("prompt", "longest prompt"), ("duration", "longest")]
+                            .into_iter()
+                            .map(|(v, label)| view! { <option value=v selected=move || wf.sort.get() == v>{label}</option> })
+                            .collect_view()}
+                    </select>
+                </label>
                 <label><input type="checkbox" data-testid="compact" prop:checked=move || wf.compact.get()
                     on:change=move |ev| wf.compact.set(event_target_checked(&ev))/>" compact"</label>
                 <label title="Move the selected request's culprits to the rows below it"><input type="checkbox" data-testid="pull"

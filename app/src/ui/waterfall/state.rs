@@ -20,6 +20,8 @@ pub struct WaterfallQuery {
     pub compact: bool,
     /// Culprits of the selected request moved to the rows below it.
     pub pull: bool,
+    /// What the rows are sorted by (`RowOrder` names); empty: arrival.
+    pub sort: String,
 }
 
 impl WaterfallQuery {
@@ -40,6 +42,7 @@ impl WaterfallQuery {
             focus: get("focus").filter(|f| !f.is_empty()),
             compact: flag("compact"),
             pull: flag("pull"),
+            sort: get("sort").unwrap_or_default(),
         }
     }
 
@@ -56,6 +59,7 @@ impl WaterfallQuery {
                 ("focus", self.focus.clone().unwrap_or_default()),
                 ("compact", flag(self.compact)),
                 ("pull", flag(self.pull)),
+                ("sort", self.sort.clone()),
             ])
         )
     }
@@ -76,11 +80,12 @@ mod tests {
             focus: Some("req/1".into()),
             compact: true,
             pull: false,
+            sort: "tpot".into(),
         };
         let href = q.href();
         assert_eq!(
             href,
-            "/waterfall?instance=gpu%207&from=100&to=900&zfrom=200&zto=300&focus=req%2F1&compact=1"
+            "/waterfall?instance=gpu%207&from=100&to=900&zfrom=200&zto=300&focus=req%2F1&compact=1&sort=tpot"
         );
         let pairs = crate::ui::query::parse(href.split_once('?').unwrap().1);
         let lookup = |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone());
