@@ -7,7 +7,13 @@
 mod draw;
 pub mod geometry;
 #[cfg(feature = "hydrate")]
+mod history;
+#[cfg(feature = "hydrate")]
+mod input;
+#[cfg(feature = "hydrate")]
 mod interact;
+#[cfg(feature = "hydrate")]
+mod load;
 mod panel;
 pub mod state;
 
