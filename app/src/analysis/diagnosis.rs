@@ -245,25 +245,31 @@ fn prefill_between(
     (by, true)
 }
 
+/// The gaps between consecutive tokens (emission times, in order) longer than `slo_ms`: where a
+/// reader watched the stream stop. The diagnosis attributes them; the waterfall shades them.
+pub fn gaps_over(times: &[Nanos], slo_ms: f64) -> impl Iterator<Item = (Nanos, Nanos)> + '_ {
+    let slo = (slo_ms * 1e6) as Nanos;
+    times
+        .windows(2)
+        .filter(move |w| w[1] - w[0] > slo)
+        .map(|w| (w[0], w[1]))
+}
+
 fn interrupted_decode(
     r: &RequestTrace,
     tpot: Nanos,
     ctx: &Context,
     th: &Thresholds,
 ) -> Option<Finding> {
-    let slo = (th.tpot_ms * 1e6) as Nanos;
     let times: Vec<Nanos> = r.tokens.iter().filter_map(|t| t.emitted_ns).collect();
     let mut stalled: Nanos = 0;
     let mut gaps = 0;
     let mut culprits: BTreeMap<String, (Nanos, u64)> = BTreeMap::new();
     let mut inferred = false;
-    for w in times.windows(2) {
-        if w[1] - w[0] <= slo {
-            continue;
-        }
+    for (from, to) in gaps_over(&times, th.tpot_ms) {
         gaps += 1;
-        stalled += w[1] - w[0];
-        let (by, inf) = prefill_between(&r.request_id, w[0], w[1], ctx);
+        stalled += to - from;
+        let (by, inf) = prefill_between(&r.request_id, from, to, ctx);
         inferred |= inf;
         for (id, (t, n)) in by {
             let slot = culprits.entry(id).or_default();
@@ -501,4 +507,19 @@ fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gaps_over;
+
+    #[test]
+    fn only_gaps_longer_than_the_slo_are_stalls() {
+        let ms = 1_000_000;
+        let times = [0, 20 * ms, 70 * ms, 120 * ms, 1_620 * ms];
+        let gaps: Vec<_> = gaps_over(&times, 50.0).collect();
+        assert_eq!(gaps, [(120 * ms, 1_620 * ms)], "exactly 50 ms is not over");
+        assert_eq!(gaps_over(&times, 10.0).count(), 4);
+        assert_eq!(gaps_over(&[5], 1.0).count(), 0);
+    }
 }

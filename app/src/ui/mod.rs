@@ -6,6 +6,7 @@ mod compare;
 pub mod explorer;
 pub mod fetch;
 pub mod format;
+pub mod links;
 pub mod query;
 mod request;
 pub mod time;

@@ -208,7 +208,7 @@ fn causes(a: &CompareSide, b: &CompareSide) -> impl IntoView + use<> {
                 c.map(|c| {
                     c.examples
                         .iter()
-                        .map(|id| view! { <a href=super::explorer::table::request_href(&inst, id)>{id.clone()}</a>" " })
+                        .map(|id| view! { <a href=super::links::request_href(&inst, id)>{id.clone()}</a>" " })
                         .collect_view()
                 })
             };

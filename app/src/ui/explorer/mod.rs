@@ -3,7 +3,7 @@
 
 mod filters;
 pub mod state;
-pub mod table;
+mod table;
 
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};

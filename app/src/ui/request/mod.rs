@@ -7,9 +7,9 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::analysis::diagnosis::{Diagnosis, Verdict};
 use crate::api::RequestDetail;
-use crate::ui::explorer::table::{request_href, waterfall_href};
 use crate::ui::fetch::get_json;
 use crate::ui::format::{duration_ms, thousands};
+use crate::ui::links::{request_href, waterfall_href};
 use crate::ui::query::{build, encode};
 
 async fn load(id: String, instance: String) -> Result<(RequestDetail, Diagnosis), String> {

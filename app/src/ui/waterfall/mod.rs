@@ -25,7 +25,7 @@ use super::fetch::get_json;
 use super::format::{duration_ms, thousands};
 use super::query::{build, encode};
 use super::time::{Zone, date_time, span};
-use crate::analysis::diagnosis::Diagnosis;
+use crate::analysis::diagnosis::{Diagnosis, gaps_over};
 use crate::analysis::waterfall::Waterfall;
 use crate::api::{InstanceList, RequestDetail, RequestList};
 use crate::model::Nanos;
@@ -63,13 +63,7 @@ pub fn stalls(d: &RequestDetail, ttft_slo_ms: f64, tpot_slo_ms: f64) -> Vec<(Nan
     {
         out.push((d.summary.arrival_ns, first));
     }
-    let slo = (tpot_slo_ms * 1e6) as Nanos;
-    out.extend(
-        times
-            .windows(2)
-            .filter(|w| w[1] - w[0] > slo)
-            .map(|w| (w[0], w[1])),
-    );
+    out.extend(gaps_over(&times, tpot_slo_ms));
     out
 }
 
@@ -323,7 +317,7 @@ fn RowLabels(wf: Wf) -> impl IntoView {
                     let is_sel = selected.as_deref() == Some(id.as_str());
                     let culprit = sel.culprits.contains(&id);
                     let part = t.parts.last().unwrap_or(&instance);
-                    let href = super::explorer::table::request_href(part, &id);
+                    let href = super::links::request_href(part, &id);
                     // What broke, if anything; else how long it took.
                     let th = crate::analysis::diagnosis::Thresholds::default();
                     let (note, bad) = match (t.ttft_ms, t.tpot_ms) {
