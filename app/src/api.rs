@@ -61,7 +61,7 @@ pub struct CandidateView {
     pub logprob: f32,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TokenView {
     pub index: u32,
     /// `null` for timing-only or text-only sources.
@@ -93,6 +93,13 @@ pub struct TokenView {
     /// Other requests that prefilled in the producing step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step_prefill_requests: Vec<String>,
+    /// Other requests that prefilled while this token was awaited (the steps between the
+    /// previous token, or arrival, and this one): who the engine served instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefilled_meanwhile: Vec<String>,
+    /// Their prompt tokens computed in that time.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prefill_tokens_meanwhile: u32,
     /// Word choice: probability of the chosen token, entropy of the candidates (nats), and the
     /// chosen token's probability minus the best other candidate's (negative: a likelier one existed).
     pub probability: Option<f32>,
@@ -101,6 +108,10 @@ pub struct TokenView {
     /// "slo_breach" (latency above the TPOT SLO), "far_from_top" (rank > 1, unlikely),
     /// "low_probability_eos".
     pub flags: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -154,6 +165,19 @@ pub struct ImportReply {
     pub rejections: Vec<Rejection>,
     /// What the format could not say exactly (estimated counts, anchored clocks, …).
     pub warnings: Vec<String>,
+    /// The valid requests of the file (new or already stored), where to open them: the first
+    /// 100, in file order.
+    #[serde(default)]
+    pub requests: Vec<ImportedRequest>,
+    /// Which format the file was read as (told apart by content when none was given).
+    #[serde(default)]
+    pub format: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ImportedRequest {
+    pub instance: String,
+    pub request_id: String,
 }
 
 /// Body of every error reply: what was wrong, in words a user can act on.

@@ -176,6 +176,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let bytes = std::fs::read(&file).map_err(|e| {
                 crate::error::Error::InvalidArgument(format!("cannot read {}: {e}", file.display()))
             })?;
+            let format = format.resolve(&bytes)?;
             let store = Store::connect(&db.database_url).await?;
             let opts = crate::ingest::import::Options {
                 instance: instance.unwrap_or_else(|| format.default_instance().into()),

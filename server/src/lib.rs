@@ -6,6 +6,7 @@ pub mod cli;
 pub mod clock;
 pub mod demo;
 pub mod error;
+pub mod export;
 pub mod fixtures;
 pub mod ingest;
 pub mod proto;

@@ -173,7 +173,13 @@ async fn bad_imports_say_what_is_wrong() {
     let app = spawn_app().await;
     for (query, body, needle) in [
         ("format=csv", "x", "format=\"csv\""),
-        ("format=openai", "{\"id\": 1\nnot json", "line 1: not JSON"),
+        (
+            "format=openai",
+            "{\"id\": 1\nnot json",
+            "not JSON: expected",
+        ),
+        ("format=openai", "{\"id\": 1}\nnot json", "line 2: not JSON"),
+        ("", "{\"hello\": 1}", "not a format tokenscope reads"),
         (
             "format=trtllm-perf-metrics&clock_offset_s=soon",
             "[]",

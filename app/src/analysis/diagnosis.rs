@@ -25,6 +25,11 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// A cause in what the model said (rather than how fast it said it).
+    pub fn is_word_choice(self) -> bool {
+        matches!(self, Cause::LowProbabilityEos | Cause::LowProbabilityToken)
+    }
+
     /// The name the API uses (`prefill_interrupted_decode`).
     pub fn name(self) -> &'static str {
         match self {

@@ -2,12 +2,16 @@
 
 use crate::analysis::diagnosis::Thresholds;
 use crate::api::{CandidateView, TokenView};
-use crate::model::{RequestTrace, SpecialToken, Token, ms};
+use std::collections::{BTreeSet, HashMap};
+
+use crate::model::{Nanos, RequestTrace, SpecialToken, Token, ms};
 
 /// The load of one engine step, as the token view needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepLoad {
     pub iteration_id: u64,
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
     /// Requests in the batch.
     pub batch_size: u32,
     /// Requests waiting in the queue.
@@ -43,8 +47,26 @@ pub fn word_choice(t: &Token) -> (Option<f32>, Option<f32>, Option<f32>) {
     (p, entropy, margin)
 }
 
-/// `steps` must be sorted by `iteration_id` (the store returns them so). Flags use `th`.
+/// Other requests' prefills in the steps that ran wholly within `[from, to]`, and their prompt
+/// tokens: what the engine computed instead of this request's next token. `steps` by start.
+fn prefills_within(steps: &[StepLoad], from: Nanos, to: Nanos, own: &str) -> (Vec<String>, u32) {
+    let first = steps.partition_point(|s| s.start_ns < from);
+    let mut ids = BTreeSet::new();
+    let mut tokens = 0;
+    for s in steps[first..].iter().take_while(|s| s.start_ns < to) {
+        if s.end_ns > to || s.prefill_requests.iter().all(|id| id == own) {
+            continue;
+        }
+        tokens += s.prefill_tokens;
+        ids.extend(s.prefill_requests.iter().filter(|id| *id != own).cloned());
+    }
+    (ids.into_iter().collect(), tokens)
+}
+
+/// Per-token rows of a request. `steps` are the instance's steps over the request's lifetime,
+/// sorted by start (the store returns them so). Flags use `th`.
 pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec<TokenView> {
+    let by_id: HashMap<u64, &StepLoad> = steps.iter().map(|s| (s.iteration_id, s)).collect();
     let first_token = r.first_token_at();
     let mut previous = None;
     r.tokens
@@ -77,12 +99,11 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
             {
                 flags.push("low_probability_eos".to_string());
             }
-            let step = t.iteration.and_then(|id| {
-                steps
-                    .binary_search_by_key(&id, |s| s.iteration_id)
-                    .ok()
-                    .map(|k| &steps[k])
-            });
+            let step = t.iteration.and_then(|id| by_id.get(&id).copied());
+            let (prefilled_meanwhile, prefill_tokens_meanwhile) = match (since, t.emitted_ns) {
+                (Some(from), Some(to)) => prefills_within(steps, from, to, &r.request_id),
+                _ => (Vec::new(), 0),
+            };
             TokenView {
                 index: i as u32,
                 token_id: t.token_id,
@@ -121,6 +142,8 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
                             .collect()
                     })
                     .unwrap_or_default(),
+                prefilled_meanwhile,
+                prefill_tokens_meanwhile,
                 probability,
                 entropy,
                 margin,

@@ -21,6 +21,17 @@ impl SpecialToken {
         self != SpecialToken::None
     }
 
+    /// The name the API uses (`none`, `eos`, `bos`, `pad`, `other`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpecialToken::None => "none",
+            SpecialToken::Eos => "eos",
+            SpecialToken::Bos => "bos",
+            SpecialToken::Pad => "pad",
+            SpecialToken::Other => "other",
+        }
+    }
+
     /// Stable small code used by the storage encoding; see [`SpecialToken::from_code`].
     pub fn code(self) -> u8 {
         self as u8

@@ -44,6 +44,13 @@ pub fn get_json<T: DeserializeOwned + Send + 'static>(
     }
 }
 
+/// POSTs `body` to `url` from the browser and parses the JSON reply (the upload page; the
+/// server never posts to itself).
+#[cfg(feature = "hydrate")]
+pub async fn post_json<T: DeserializeOwned>(url: String, body: String) -> Result<T, String> {
+    parse(&url, browser::post_text(url.clone(), body).await)
+}
+
 fn parse<T: DeserializeOwned>(url: &str, body: Result<String, String>) -> Result<T, String> {
     serde_json::from_str(&body?).map_err(|e| format!("{url}: unexpected reply ({e})"))
 }
@@ -61,19 +68,29 @@ mod browser {
     use wasm_bindgen::JsCast;
     use wasm_bindgen_futures::JsFuture;
 
+    fn js_err(e: wasm_bindgen::JsValue) -> String {
+        format!(
+            "could not reach the server ({})",
+            e.as_string().unwrap_or_default()
+        )
+    }
+
     pub async fn get_text(url: String) -> Result<String, String> {
-        let js_err = |e: wasm_bindgen::JsValue| {
-            format!(
-                "could not reach the server ({})",
-                e.as_string().unwrap_or_default()
-            )
-        };
         let window = web_sys::window().ok_or("no window")?;
-        let response: web_sys::Response = JsFuture::from(window.fetch_with_str(&url))
-            .await
-            .map_err(js_err)?
-            .dyn_into()
-            .map_err(js_err)?;
+        text(JsFuture::from(window.fetch_with_str(&url))).await
+    }
+
+    pub async fn post_text(url: String, body: String) -> Result<String, String> {
+        let window = web_sys::window().ok_or("no window")?;
+        let init = web_sys::RequestInit::new();
+        init.set_method("POST");
+        init.set_body(&wasm_bindgen::JsValue::from_str(&body));
+        text(JsFuture::from(window.fetch_with_str_and_init(&url, &init))).await
+    }
+
+    async fn text(fetch: JsFuture) -> Result<String, String> {
+        let response: web_sys::Response =
+            fetch.await.map_err(js_err)?.dyn_into().map_err(js_err)?;
         let body = JsFuture::from(response.text().map_err(js_err)?)
             .await
             .map_err(js_err)?

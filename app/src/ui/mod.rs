@@ -1,6 +1,8 @@
 //! The browser UI (Leptos, rendered on the server with its data and hydrated in the browser).
 //! One folder per page; every view's state is in its URL.
 
+#[cfg(feature = "hydrate")]
+pub mod canvas;
 pub mod chart;
 mod compare;
 pub mod explorer;
@@ -8,8 +10,9 @@ pub mod fetch;
 pub mod format;
 pub mod links;
 pub mod query;
-mod request;
+pub mod request;
 pub mod time;
+pub mod upload;
 pub mod waterfall;
 
 use leptos::prelude::*;
@@ -66,6 +69,7 @@ pub fn App() -> impl IntoView {
                     <a href="/">"Explorer"</a>
                     <a href="/waterfall">"Waterfall"</a>
                     <a href="/compare">"Compare"</a>
+                    <a href="/upload">"Upload"</a>
                 </nav>
             </header>
             <main>
@@ -74,6 +78,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("waterfall") view=waterfall::WaterfallPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("compare") view=compare::Compare ssr=SsrMode::Async/>
                     <Route path=path!("/requests/:id") view=request::RequestPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("upload") view=upload::Upload/>
                 </Routes>
             </main>
         </Router>

@@ -20,13 +20,14 @@ pub(super) struct ImportParams {
     clock_offset_s: Option<String>,
 }
 
-/// `POST /api/v1/import?format=trtllm-perf-metrics|trtllm-iteration-log|openai`: the file is the body.
+/// `POST /api/v1/import?format=auto|openai|trtllm-perf-metrics|trtllm-iteration-log|native`:
+/// the file is the body; without a format it is told apart by content.
 pub(super) async fn import(
     State(store): State<Store>,
     Query(p): Query<ImportParams>,
     body: axum::body::Bytes,
 ) -> Result<Json<app::api::ImportReply>> {
-    let format = Format::parse(p.format.as_deref().unwrap_or(""))?;
+    let format = Format::parse(p.format.as_deref().unwrap_or(""))?.resolve(&body)?;
     let clock_offset_s = non_empty(p.clock_offset_s)
         .map(|v| {
             v.parse::<f64>().map_err(|_| {

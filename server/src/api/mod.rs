@@ -19,6 +19,7 @@ use crate::store::{ORDER_KEYS, Order, RequestFilter, Store};
 
 mod compare;
 mod diagnosis;
+mod export;
 mod import;
 mod latency;
 mod requests;
@@ -36,6 +37,14 @@ pub fn router(store: Store) -> Router {
         .route(
             "/api/v1/requests/{request_id}/diagnosis",
             get(diagnosis::diagnose_request),
+        )
+        .route(
+            "/api/v1/requests/{request_id}/tokens.csv",
+            get(export::tokens_csv),
+        )
+        .route(
+            "/api/v1/requests/{request_id}/trace.json",
+            get(export::chrome_trace),
         )
         .route("/api/v1/diagnosis", get(diagnosis::diagnose_window))
         .route("/api/v1/waterfall", get(waterfall::waterfall))

@@ -31,7 +31,12 @@ pub async fn run(args: SimArgs) -> Result<()> {
                 let s = scenarios::build(name, start, args.seed).ok_or_else(|| {
                     Error::InvalidArgument(format!(
                         "--scenario {name:?} is not one of all, {}",
-                        scenarios::NAMES.join(", ")
+                        scenarios::NAMES
+                            .iter()
+                            .chain(&scenarios::EXTRA)
+                            .copied()
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ))
                 })?;
                 runs = s.runs;

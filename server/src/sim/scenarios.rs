@@ -20,6 +20,10 @@ pub const NAMES: [&str; 5] = [
     "pd-kv-transfer-stall",
 ];
 
+/// Scenarios that are not incidents, built by name only (not part of `all` or the demo):
+/// `long-answer` is an 8,000-token answer among chat traffic, for the request page's benchmark.
+pub const EXTRA: [&str; 1] = ["long-answer"];
+
 /// What the simulator knows happened: printed with `--truth FILE`, checked by the diagnosis tests.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Truth {
@@ -201,6 +205,39 @@ pub fn build(name: &str, t0: Nanos, seed: u64) -> Option<Scenario> {
                     culprits: vec!["lpm-long".into()],
                     controls: vec!["lpm-control".into()],
                     control_instance: "sim-lpm-control".into(),
+                },
+            }
+        }
+        "long-answer" => {
+            // One 8,000-token answer; a 2-8k-token prompt arrives every half second around it.
+            let cfg = EngineConfig::new(p8);
+            let mut reqs = vec![req("long-answer", t0, 1_000, 8_000)];
+            reqs.extend((0..240).map(|k| {
+                let prompt = 2_000 + rng.below(6_000) as u32;
+                req(
+                    &format!("la-chat-{k:03}"),
+                    t0 + 200 * MS + k * 500 * MS,
+                    prompt,
+                    150,
+                )
+            }));
+            Scenario {
+                runs: vec![simulate(
+                    "sim-long",
+                    Role::Colocated,
+                    &cfg,
+                    reqs,
+                    &mut rng,
+                    &confident,
+                )],
+                truth: Truth {
+                    scenario: name.into(),
+                    cause: "none".into(),
+                    instance: "sim-long".into(),
+                    victims: vec![],
+                    culprits: vec![],
+                    controls: vec![],
+                    control_instance: "sim-long".into(),
                 },
             }
         }

@@ -369,26 +369,21 @@ impl Store {
         })
     }
 
-    /// Batch size and queue length of the iterations that produced the request's tokens.
+    /// The instance's steps over the request's lifetime: the load of those that produced its
+    /// tokens, and whose prefills ran while it waited for each.
     async fn step_loads(&self, instance_id: i32, r: &RequestTrace) -> Result<Vec<StepLoad>> {
-        let mut ids: Vec<i64> = r
-            .tokens
+        if r.tokens
             .iter()
-            .filter_map(|t| t.iteration)
-            .map(|i| i as i64)
-            .collect();
-        if ids.is_empty() {
+            .all(|t| t.emitted_ns.is_none() && t.iteration.is_none())
+        {
             return Ok(Vec::new());
         }
-        ids.sort_unstable();
-        ids.dedup();
-        // The time bounds let Postgres skip partitions.
         let rows = sqlx::query!(
-            "SELECT iteration_id, batch_size, waiting, prefill_tokens, decode_tokens, batch FROM iterations
-             WHERE instance_id = $1 AND iteration_id = ANY($2) AND start_ns >= $3 AND start_ns <= $4
-             ORDER BY iteration_id",
+            "SELECT iteration_id, start_ns, end_ns, batch_size, waiting, prefill_tokens, decode_tokens, batch
+             FROM iterations
+             WHERE instance_id = $1 AND start_ns >= $2 AND start_ns <= $3
+             ORDER BY start_ns",
             instance_id,
-            &ids,
             r.arrival_ns - super::CLOCK_SLACK_NS,
             r.finished_ns,
         )
@@ -413,6 +408,8 @@ impl Store {
             .map(|(row, prefill)| {
                 Ok(StepLoad {
                     iteration_id: row.iteration_id as u64,
+                    start_ns: row.start_ns,
+                    end_ns: row.end_ns,
                     batch_size: count(row.batch_size),
                     waiting: count(row.waiting),
                     prefill_tokens: count(row.prefill_tokens),

@@ -1,16 +1,26 @@
-//! The request page (`/requests/{id}`): who, how fast against the SLOs, and the diagnosis in
-//! sentences with its culprits, linked to the waterfall. (Token timeline and word choice come
-//! with the high-magnification views.)
+//! The request page (`/requests/{id}`): who, how fast against the SLOs, the diagnosis in sentences
+//! with its culprits; the request's own stages; each token's latency with the load of its step
+//! (canvas); the answer token by token with the word choice behind each. Server-rendered with
+//! its data, then hydrated; the selected token, brushed range and toggles are in the URL.
 
+mod flagged;
+mod stages;
+pub mod state;
+mod summary;
+pub mod timeline;
+mod token_panel;
+pub mod token_text;
+mod words;
+
+use leptos::html;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use crate::analysis::diagnosis::{Diagnosis, Verdict};
+use crate::analysis::diagnosis::{Diagnosis, Thresholds};
 use crate::api::RequestDetail;
 use crate::ui::fetch::get_json;
-use crate::ui::format::{duration_ms, thousands};
-use crate::ui::links::{request_href, waterfall_href};
 use crate::ui::query::{build, encode};
+use state::RequestQuery;
 
 async fn load(id: String, instance: String) -> Result<(RequestDetail, Diagnosis), String> {
     let q = build(&[("instance", instance)]);
@@ -18,6 +28,29 @@ async fn load(id: String, instance: String) -> Result<(RequestDetail, Diagnosis)
     let d: RequestDetail = get_json(format!("/api/v1/requests/{id}{q}")).await?;
     let dx: Diagnosis = get_json(format!("/api/v1/requests/{id}/diagnosis{q}")).await?;
     Ok((d, dx))
+}
+
+/// Everything the page's parts read and write.
+#[derive(Clone, Copy)]
+pub struct Rq {
+    pub d: StoredValue<RequestDetail>,
+    pub th: StoredValue<Thresholds>,
+    pub tok: RwSignal<Option<u32>>,
+    pub range: RwSignal<Option<(u32, u32)>>,
+    pub log: RwSignal<bool>,
+    pub ws: RwSignal<bool>,
+    /// A brush in progress: the URL waits for its end.
+    pub brushing: RwSignal<bool>,
+    /// Pointer position over the timeline (CSS px) and the token under it.
+    pub hover: RwSignal<Option<(f64, f64, u32)>>,
+    pub canvas: NodeRef<html::Canvas>,
+    pub flow: NodeRef<html::Div>,
+}
+
+impl Rq {
+    pub fn tokens_len(&self) -> u32 {
+        self.d.with_value(|d| d.tokens.len() as u32)
+    }
 }
 
 #[component]
@@ -28,54 +61,92 @@ pub fn RequestPage() -> impl IntoView {
         move || {
             (
                 params.get().get("id").unwrap_or_default(),
-                query.get().get("instance").unwrap_or_default(),
+                query.with(|q| q.get("instance").unwrap_or_default()),
             )
         },
         |(id, instance)| load(id, instance),
     );
     view! {
-        <Suspense fallback=|| view! { <section class="panel skeleton-block" aria-busy="true"><div class="row"></div><div class="row"></div></section> }>
+        <Suspense fallback=|| view! { <section class="panel skeleton-block" aria-busy="true"><div class="row"></div><div class="row"></div><div class="bar"></div></section> }>
             {move || data.get().map(|r| match r {
                 Err(e) => view! { <section class="panel"><h2>"Request not shown"</h2><p class="error" data-testid="request-error">{e}</p>
-                    <p><a href="/">"Find it in the explorer"</a></p></section> }.into_any(),
-                Ok((d, dx)) => page(d, dx).into_any(),
+                    <p><a href="/">"Find it in the explorer"</a>" or "<a href="/upload">"upload a response"</a></p></section> }.into_any(),
+                Ok((d, dx)) => {
+                    let q = query.with_untracked(|p| RequestQuery::from_lookup(|k| p.get(k)));
+                    page(d, dx, q).into_any()
+                }
             })}
         </Suspense>
     }
 }
 
-fn page(d: RequestDetail, dx: Diagnosis) -> impl IntoView {
-    let s = d.summary;
-    let ms = |v: Option<f64>| v.map(duration_ms).unwrap_or_else(|| "–".into());
-    let wf = waterfall_href(&s.instance, &s.request_id, s.arrival_ns, s.e2e_ms);
-    let instance = s.instance.clone();
-    let findings = dx
-        .findings
-        .into_iter()
-        .map(|f| {
-            let culprits = f
-                .culprits
-                .iter()
-                .map(|c| view! { <a class="culprit" href=request_href(&instance, c)>"◆ "{c.clone()}</a>" " })
-                .collect_view();
-            view! { <li class="finding"><p>{f.summary}</p><div class="culprits">{culprits}</div></li> }
-        })
-        .collect_view();
-    let degraded = dx.verdict == Verdict::Degraded;
+fn page(d: RequestDetail, dx: Diagnosis, q: RequestQuery) -> impl IntoView {
+    let n = d.tokens.len() as u32;
+    let timed = d.tokens.iter().any(|t| t.latency_ms.is_some());
+    let log_auto = timeline::geometry::wants_log(&d.tokens);
+    // When what went wrong is the words, the words come first, their first flag selected.
+    let words_first = !timed
+        || (dx.findings.iter().any(|f| f.cause.is_word_choice())
+            && dx.findings.iter().all(|f| f.cause.is_word_choice()));
+    let first_flag = words_first
+        .then(|| flagged::step(&d.tokens, None, true))
+        .flatten();
+    let rq = Rq {
+        d: StoredValue::new(d),
+        th: StoredValue::new(Thresholds::default()),
+        tok: RwSignal::new(q.tok.filter(|t| *t < n).or(first_flag)),
+        range: RwSignal::new(q.range.filter(|r| r.1 < n)),
+        log: RwSignal::new(q.log.unwrap_or(log_auto)),
+        ws: RwSignal::new(q.ws),
+        brushing: RwSignal::new(false),
+        hover: RwSignal::new(None),
+        canvas: NodeRef::new(),
+        flow: NodeRef::new(),
+    };
+    #[cfg(feature = "hydrate")]
+    follow_url(rq, q.instance.clone(), log_auto);
+    let words = view! { <words::Words rq=rq/> };
     view! {
-        <section class="panel" data-testid="request-page">
-            <h2 class="sel-id">{s.request_id.clone()}</h2>
-            <p class="muted">{format!("{} · {} · {} · {}", s.engine.as_str(), s.model, s.instance, d.role.as_str())}</p>
-            <div class="kpis">
-                <div class="kpi"><span>"TTFT"</span><b>{ms(s.ttft_ms)}</b></div>
-                <div class="kpi"><span>"TPOT"</span><b>{ms(s.tpot_ms)}</b></div>
-                <div class="kpi"><span>"E2E"</span><b>{duration_ms(s.e2e_ms)}</b></div>
-                <div class="kpi"><span>"Queue"</span><b>{ms(s.queue_ms)}</b></div>
-                <div class="kpi"><span>"Tokens"</span><b>{format!("{} → {}", thousands(s.prompt_tokens.into()), thousands(s.output_tokens.into()))}</b></div>
-                <span class="verdict" class:bad=degraded>{if degraded { "degraded" } else { "healthy" }}</span>
-            </div>
-            <ul class="findings">{findings}</ul>
-            <p><a href=wf data-testid="show-in-waterfall">"show in waterfall"</a></p>
-        </section>
+        <div class="rq" data-testid="request-page">
+            <summary::Head rq=rq dx=dx/>
+            {match (timed, words_first) {
+                (true, false) => view! { <stages::Strip rq=rq/> <timeline::Timeline rq=rq/> {words} }.into_any(),
+                (true, true) => view! { {words} <stages::Strip rq=rq/> <timeline::Timeline rq=rq/> }.into_any(),
+                (false, _) => view! {
+                    {words}
+                    <stages::Strip rq=rq/>
+                    <section class="panel"><h2>"Token latency"</h2>
+                        <p class="empty" data-testid="no-timeline">"This source reports no per-token times (an OpenAI-style response carries word choice only). Send the engine's traces over OTLP or the native format to see each token's latency and its step's batch."</p>
+                    </section>
+                }.into_any(),
+            }}
+        </div>
     }
+}
+
+/// Keeps the URL in step with the view: replaced, so Back leaves the page rather than replaying
+/// every click; a brush writes once, when it ends.
+#[cfg(feature = "hydrate")]
+fn follow_url(rq: Rq, instance: String, log_auto: bool) {
+    Effect::new(move |_| {
+        let q = RequestQuery {
+            instance: instance.clone(),
+            tok: rq.tok.get(),
+            range: rq.range.get(),
+            log: Some(rq.log.get()).filter(|l| *l != log_auto),
+            ws: rq.ws.get(),
+        };
+        if rq.brushing.get() {
+            return;
+        }
+        let Some(w) = web_sys::window() else { return };
+        let path = w.location().pathname().unwrap_or_default();
+        if let Ok(h) = w.history() {
+            let _ = h.replace_state_with_url(
+                &wasm_bindgen::JsValue::NULL,
+                "",
+                Some(&format!("{path}{}", q.query())),
+            );
+        }
+    });
 }

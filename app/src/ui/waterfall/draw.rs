@@ -28,27 +28,6 @@ pub fn colour(kind: StageKind) -> &'static str {
     }
 }
 
-/// The canvas's 2D context, its backing store sized to its CSS size times the pixel ratio.
-pub fn context(
-    canvas: &HtmlCanvasElement,
-    css_w: u32,
-    css_h: u32,
-) -> Option<CanvasRenderingContext2d> {
-    let ratio = web_sys::window()?.device_pixel_ratio().max(1.0);
-    let (w, h) = (
-        (f64::from(css_w) * ratio) as u32,
-        (f64::from(css_h) * ratio) as u32,
-    );
-    if canvas.width() != w || canvas.height() != h {
-        canvas.set_width(w);
-        canvas.set_height(h);
-    }
-    let ctx: CanvasRenderingContext2d = canvas.get_context("2d").ok()??.dyn_into().ok()?;
-    ctx.set_transform(ratio, 0.0, 0.0, ratio, 0.0, 0.0).ok()?;
-    ctx.clear_rect(0.0, 0.0, f64::from(css_w), f64::from(css_h));
-    Some(ctx)
-}
-
 /// What one frame shows.
 pub struct Frame<'a> {
     pub v: Viewport,

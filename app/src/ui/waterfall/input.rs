@@ -4,12 +4,12 @@
 
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen::closure::Closure;
 
 use super::geometry::Viewport;
 use super::{AXIS_H, LANE_H, ROW_H, Wf};
 use crate::analysis::waterfall::Lane;
 use crate::api::StageKind;
+use crate::ui::canvas::{local_xy, on};
 use crate::ui::format::{duration_ms, thousands};
 use crate::ui::time::{Zone, clock};
 
@@ -153,26 +153,6 @@ fn track_at(wf: Wf, x: f64, y: f64) -> Option<(String, Option<String>)> {
 thread_local! {
     /// Mouse x within the canvas, for zooming at the cursor from the keyboard.
     static POINTER_X: std::cell::Cell<Option<f64>> = const { std::cell::Cell::new(None) };
-}
-
-fn on<E: JsCast + 'static>(target: &web_sys::EventTarget, name: &str, f: impl FnMut(E) + 'static) {
-    let mut f = f;
-    let cb = Closure::<dyn FnMut(web_sys::Event)>::new(move |e: web_sys::Event| {
-        if let Ok(e) = e.dyn_into::<E>() {
-            f(e)
-        }
-    });
-    let _ = target.add_event_listener_with_callback(name, cb.as_ref().unchecked_ref());
-    // The listener lives as long as the element; the element goes with the page.
-    cb.forget();
-}
-
-fn local_xy(canvas: &web_sys::HtmlCanvasElement, e: &web_sys::MouseEvent) -> (f64, f64) {
-    let r = canvas.get_bounding_client_rect();
-    (
-        f64::from(e.client_x()) - r.left(),
-        f64::from(e.client_y()) - r.top(),
-    )
 }
 
 pub(super) fn listen(wf: Wf) {

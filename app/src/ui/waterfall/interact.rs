@@ -2,13 +2,12 @@
 //! view (`load`), following the URL (`history`), input (`input`) — and paints the canvases when
 //! what they show changes. Hydrate builds only.
 
-use leptos::prelude::*;
-use wasm_bindgen::JsCast;
-
 use super::draw::{self, Frame};
 use super::geometry::Viewport;
 use super::{AXIS_H, LANE_H, MINIMAP_H, ROW_H, Selected, Wf, history, input, load};
+use crate::ui::canvas::{context, now_ms, record};
 use crate::ui::time::Zone;
+use leptos::prelude::*;
 
 pub fn start(wf: Wf, selected: Resource<Result<Option<Selected>, String>>) {
     let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
@@ -62,27 +61,6 @@ thread_local! {
     pub(super) static ARRIVED: std::cell::Cell<Option<f64>> = const { std::cell::Cell::new(None) };
 }
 
-pub(super) fn now_ms() -> f64 {
-    web_sys::window()
-        .and_then(|w| w.performance())
-        .map_or(0.0, |p| p.now())
-}
-
-/// Appends `v` to the page's `window[name]` array: what the browser benchmark reads.
-fn record(name: &str, v: f64) {
-    let Some(w) = web_sys::window() else { return };
-    let key = wasm_bindgen::JsValue::from_str(name);
-    let arr = js_sys::Reflect::get(&w, &key)
-        .ok()
-        .and_then(|a| a.dyn_into::<js_sys::Array>().ok())
-        .unwrap_or_else(|| {
-            let a = js_sys::Array::new();
-            let _ = js_sys::Reflect::set(&w, &key, &a);
-            a
-        });
-    arr.push(&v.into());
-}
-
 fn paint(wf: Wf, zone: &Zone) {
     let v = wf.view.get();
     let first_row = wf.first_row.get();
@@ -96,7 +74,7 @@ fn paint(wf: Wf, zone: &Zone) {
         let Some(data) = data else { return };
         let start = now_ms();
         let h = (LANE_H + AXIS_H + f64::from(visible_rows) * ROW_H) as u32;
-        let Some(ctx) = draw::context(&canvas, v.width, h) else {
+        let Some(ctx) = context(&canvas, v.width, h) else {
             return;
         };
         draw::frame(
@@ -126,7 +104,7 @@ fn paint_minimap(wf: Wf) {
     wf.minimap.with(|m| {
         let Some(m) = m else { return };
         let outer = Viewport::new(from, to, v.width);
-        if let Some(ctx) = draw::context(&canvas, v.width, MINIMAP_H as u32) {
+        if let Some(ctx) = context(&canvas, v.width, MINIMAP_H as u32) {
             draw::minimap(&ctx, &outer, &m.lane, &v, MINIMAP_H);
         }
     });

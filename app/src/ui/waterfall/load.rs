@@ -8,11 +8,12 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::geometry::Viewport;
-use super::interact::{ARRIVED, now_ms};
+use super::interact::ARRIVED;
 use super::{ROW_H, ROW_MARGIN, Selected, Selection, Wf, history, stalls};
 use crate::analysis::diagnosis::Thresholds;
 use crate::analysis::waterfall::Waterfall;
 use crate::api::RequestDetail;
+use crate::ui::canvas::now_ms;
 use crate::ui::fetch::get_json;
 use crate::ui::query::{build, encode, opt};
 

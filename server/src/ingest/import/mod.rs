@@ -19,6 +19,8 @@ pub enum Format {
     Openai,
     /// tokenscope's own ExportRequest in proto3 JSON, one per line (what `tokenscope sim --out` writes).
     Native,
+    /// Told apart by content (what the upload page sends).
+    Auto,
 }
 
 impl Format {
@@ -28,9 +30,53 @@ impl Format {
             "trtllm-iteration-log" => Ok(Self::TrtllmIterationLog),
             "openai" => Ok(Self::Openai),
             "native" => Ok(Self::Native),
+            "auto" | "" => Ok(Self::Auto),
             other => Err(Error::InvalidArgument(format!(
-                "format={other:?} is not one of trtllm-perf-metrics, trtllm-iteration-log, openai"
+                "format={other:?} is not one of auto, openai, trtllm-perf-metrics, trtllm-iteration-log, native"
             ))),
+        }
+    }
+
+    /// The name `parse` reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TrtllmPerfMetrics => "trtllm-perf-metrics",
+            Self::TrtllmIterationLog => "trtllm-iteration-log",
+            Self::Openai => "openai",
+            Self::Native => "native",
+            Self::Auto => "auto",
+        }
+    }
+
+    /// `Auto` made concrete by the file's content; any other format as it is.
+    pub fn resolve(self, bytes: &[u8]) -> Result<Self> {
+        match self {
+            Self::Auto => Self::detect(utf8(bytes)?),
+            f => Ok(f),
+        }
+    }
+
+    /// The format of a file by the keys of its first value.
+    pub fn detect(text: &str) -> Result<Self> {
+        let first = json_values(text)?.into_iter().next().ok_or_else(|| {
+            Error::InvalidArgument("the file is empty: paste a response or a record".into())
+        })?;
+        let has = |k: &str| first.value.get(k).is_some();
+        if has("choices") {
+            Ok(Self::Openai)
+        } else if has("perf_metrics") || has("timing_metrics") {
+            Ok(Self::TrtllmPerfMetrics)
+        } else if has("time_breakdown_metrics") || has("request_timing_metrics") {
+            Ok(Self::TrtllmIterationLog)
+        } else if has("resource_traces") || has("resourceTraces") {
+            Ok(Self::Native)
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "{}: not a format tokenscope reads: expected an OpenAI chat/completions response \
+                 (with `choices` and `logprobs`), a TensorRT-LLM /perf_metrics record (with \
+                 `perf_metrics`) or a perf-time-events line (with `time_breakdown_metrics`)",
+                first.at
+            )))
         }
     }
 }
@@ -53,10 +99,20 @@ pub struct Imported {
     pub warnings: Vec<String>,
 }
 
+fn utf8(bytes: &[u8]) -> Result<&str> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "the file is not UTF-8 text (byte {} is not)",
+            e.valid_up_to()
+        ))
+    })
+}
+
 pub fn decode(format: Format, bytes: &[u8], opts: &Options) -> Result<Imported> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|_| Error::InvalidArgument("the file is not UTF-8 text".into()))?;
+    let text = utf8(bytes)?;
     match format {
+        // `detect` never answers `Auto`: one level of recursion.
+        Format::Auto => decode(Format::detect(text)?, bytes, opts),
         Format::TrtllmPerfMetrics => trtllm::perf_metrics(text, opts),
         Format::TrtllmIterationLog => trtllm::iteration_log(text, opts),
         Format::Openai => openai::responses(text, opts),
@@ -100,19 +156,54 @@ pub(crate) fn resource(opts: &Options, engine: EngineKind, model: Option<&str>) 
     }
 }
 
-/// Parses a whole JSON document, or JSON Lines (one value a line), naming the bad line.
-pub(crate) fn json_values(text: &str) -> Result<Vec<serde_json::Value>> {
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
-        return Ok(match v {
-            serde_json::Value::Array(items) => items,
-            one => vec![one],
-        });
+/// One value of a file and where it was: `line 3` of JSON Lines, `item [2]` of an array, or
+/// `the document`. Rejections quote it so the user finds the bad part.
+pub(crate) struct Located {
+    pub at: String,
+    pub value: serde_json::Value,
+}
+
+/// Parses a whole JSON document (one value or an array of them), or JSON Lines (one value a
+/// line). A document that is neither says where it broke: serde's line and column for a
+/// document, the line for JSON Lines.
+pub(crate) fn json_values(text: &str) -> Result<Vec<Located>> {
+    let whole = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Array(items)) => {
+            return Ok(items
+                .into_iter()
+                .enumerate()
+                .map(|(i, value)| Located {
+                    at: format!("item [{i}]"),
+                    value,
+                })
+                .collect());
+        }
+        Ok(value) => {
+            return Ok(vec![Located {
+                at: "the document".into(),
+                value,
+            }]);
+        }
+        Err(e) => e,
+    };
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    // JSON Lines only if the first line is a value by itself; else it is one broken document.
+    match lines.next() {
+        Some((_, first)) if serde_json::from_str::<serde_json::Value>(first).is_ok() => {}
+        _ => return Err(Error::InvalidArgument(format!("not JSON: {whole}"))),
     }
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
             serde_json::from_str(l)
+                .map(|value| Located {
+                    at: format!("line {}", i + 1),
+                    value,
+                })
                 .map_err(|e| Error::InvalidArgument(format!("line {}: not JSON: {e}", i + 1)))
         })
         .collect()
@@ -125,7 +216,19 @@ pub async fn import(
     bytes: &[u8],
     opts: &Options,
 ) -> Result<app::api::ImportReply> {
+    let format = format.resolve(bytes)?;
     let Imported { decoded, warnings } = decode(format, bytes, opts)?;
+    let requests = decoded
+        .batches
+        .iter()
+        .flat_map(|b| {
+            b.requests.iter().map(|r| app::api::ImportedRequest {
+                instance: b.resource.instance_id.clone(),
+                request_id: r.value.request_id.clone(),
+            })
+        })
+        .take(100)
+        .collect();
     let r = super::store_decoded(store, decoded).await?;
     Ok(app::api::ImportReply {
         accepted_requests: r.accepted_requests,
@@ -143,6 +246,8 @@ pub async fn import(
             })
             .collect(),
         warnings,
+        requests,
+        format: format.name().into(),
     })
 }
 
@@ -153,6 +258,7 @@ impl Format {
             Format::TrtllmPerfMetrics | Format::TrtllmIterationLog => "trtllm-import",
             Format::Openai => "openai-import",
             Format::Native => "native-import",
+            Format::Auto => "import",
         }
     }
 }

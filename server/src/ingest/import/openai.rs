@@ -140,7 +140,8 @@ fn finish(v: Option<&Value>) -> FinishReason {
 pub fn responses(text: &str, opts: &Options) -> Result<Imported> {
     let mut out = Imported::default();
     let mut batches: Vec<ResourceBatch> = Vec::new();
-    for (n, resp) in json_values(text)?.iter().enumerate() {
+    for located in json_values(text)? {
+        let (at_file, resp) = (&located.at, &located.value);
         let id = resp
             .get("id")
             .and_then(Value::as_str)
@@ -156,7 +157,7 @@ pub fn responses(text: &str, opts: &Options) -> Result<Imported> {
         if choices.is_empty() {
             out.decoded.reject(
                 ItemKind::Request,
-                &format!("response[{n}] (id {id:?})"),
+                &format!("{at_file} (id {id:?})"),
                 FieldError::new("choices", "is missing or empty"),
             );
             continue;
@@ -168,7 +169,7 @@ pub fn responses(text: &str, opts: &Options) -> Result<Imported> {
             } else {
                 format!("{id}-{k}")
             };
-            let label = format!("response[{n}] {at} (id {rid:?})");
+            let label = format!("{at_file} {at} (id {rid:?})");
             let result = (|| {
                 if rid.is_empty() {
                     return Err(FieldError::new("id", "is missing"));

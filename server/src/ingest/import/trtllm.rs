@@ -54,11 +54,11 @@ pub fn perf_metrics(text: &str, opts: &Options) -> Result<Imported> {
     let values = json_values(text)?;
     let records = values
         .iter()
-        .enumerate()
-        .map(|(i, v)| {
+        .map(|located| {
+            let v = &located.value;
             let pm = v.get("perf_metrics").unwrap_or(v);
             Record {
-                label: format!("record[{i}]"),
+                label: located.at.clone(),
                 request_id: id_string(v.get("request_id")).unwrap_or_default(),
                 rank: 0,
                 timing: pm
@@ -83,11 +83,11 @@ pub fn iteration_log(text: &str, opts: &Options) -> Result<Imported> {
     let values = json_values(text)?;
     let records = values
         .iter()
-        .enumerate()
-        .map(|(i, v)| {
+        .map(|located| {
+            let v = &located.value;
             let tb = v.get("time_breakdown_metrics").unwrap_or(&Value::Null);
             Record {
-                label: format!("line {}", i + 1),
+                label: located.at.clone(),
                 request_id: id_string(v.get("request_id")).unwrap_or_default(),
                 rank: v.get("rank").and_then(Value::as_i64).unwrap_or(0),
                 timing: v

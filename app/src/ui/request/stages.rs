@@ -1,0 +1,106 @@
+//! The request's own timeline as one strip: queued, each prefill chunk, decode, preemptions, KV
+//! transfer, with the stalled stretches hatched; then the time each kind took in words. Positioned
+//! boxes in percent, so the strip is crisp at any width and rendered on the server.
+
+use leptos::prelude::*;
+
+use super::Rq;
+use crate::api::StageKind;
+use crate::model::Nanos;
+use crate::ui::format::{duration_ms, thousands};
+use crate::ui::waterfall::stalls;
+
+fn name(k: StageKind) -> &'static str {
+    match k {
+        StageKind::Queued => "queued",
+        StageKind::Prefill => "prefill",
+        StageKind::Decode => "decode",
+        StageKind::Preempted => "preempted",
+        StageKind::KvTransfer => "KV transfer",
+    }
+}
+
+fn class(k: StageKind) -> &'static str {
+    match k {
+        StageKind::Queued => "st st-queued",
+        StageKind::Prefill => "st st-prefill",
+        StageKind::Decode => "st st-decode",
+        StageKind::Preempted => "st st-preempted",
+        StageKind::KvTransfer => "st st-kv",
+    }
+}
+
+/// Time per kind of stage, in the order a request lives them, with counts and tokens.
+fn totals(stages: &[crate::api::Stage]) -> Vec<String> {
+    [
+        StageKind::Queued,
+        StageKind::KvTransfer,
+        StageKind::Prefill,
+        StageKind::Decode,
+        StageKind::Preempted,
+    ]
+    .into_iter()
+    .filter_map(|k| {
+        let of: Vec<_> = stages.iter().filter(|s| s.kind == k).collect();
+        if of.is_empty() {
+            return None;
+        }
+        let ns: Nanos = of.iter().map(|s| s.end_ns - s.start_ns).sum();
+        let tokens: u32 = of.iter().filter_map(|s| s.tokens).sum();
+        let mut t = format!("{} {}", name(k), duration_ms(ns as f64 / 1e6));
+        match (k, of.len()) {
+            (StageKind::Prefill, n) => t.push_str(&format!(
+                " ({n} chunk{}, {} tokens)",
+                if n == 1 { "" } else { "s" },
+                thousands(tokens.into())
+            )),
+            (StageKind::Decode, _) if tokens > 0 => {
+                t.push_str(&format!(" ({} tokens)", thousands(tokens.into())))
+            }
+            (_, n) if n > 1 => t.push_str(&format!(" ({n}×)")),
+            _ => {}
+        }
+        Some(t)
+    })
+    .collect()
+}
+
+#[component]
+pub fn Strip(rq: Rq) -> impl IntoView {
+    let th = rq.th.get_value();
+    rq.d.with_value(|d| {
+        let (t0, t1) = (d.summary.arrival_ns, d.finished_ns.max(d.summary.arrival_ns + 1));
+        let pct = |ns: Nanos| ((ns - t0) as f64 / (t1 - t0) as f64 * 100.0).clamp(0.0, 100.0);
+        let boxes = d
+            .stages
+            .iter()
+            .map(|s| {
+                let (l, r) = (pct(s.start_ns), pct(s.end_ns));
+                let title = format!(
+                    "{} {}{}",
+                    name(s.kind),
+                    duration_ms((s.end_ns - s.start_ns) as f64 / 1e6),
+                    s.tokens.map(|t| format!(" · {} tokens", thousands(t.into()))).unwrap_or_default()
+                );
+                view! { <div class=class(s.kind) style=format!("left:{l:.3}%;width:{:.3}%", (r - l).max(0.15)) title=title></div> }
+            })
+            .collect_view();
+        let stalled = stalls(d, th.ttft_ms, th.tpot_ms)
+            .into_iter()
+            .map(|(a, b)| {
+                let (l, r) = (pct(a), pct(b));
+                view! { <div class="st st-stall" style=format!("left:{l:.3}%;width:{:.3}%", (r - l).max(0.3)) title=format!("stalled {}", duration_ms((b - a) as f64 / 1e6))></div> }
+            })
+            .collect_view();
+        view! {
+            <section class="panel rq-stages">
+                <div class="section-head"><h2>"Stages"</h2>
+                    <span class="legend"><i class="sw-queued"></i>"queued"<i class="sw-prefill"></i>"prefill"<i class="sw-decode"></i>"decode"<i class="sw-preempted"></i>"preempted"<i class="sw-kv"></i>"KV transfer"<i class="sw-stall-hatch"></i>"stalled past the SLO"</span>
+                </div>
+                <div class="strip" data-testid="stage-strip">{boxes}{stalled}</div>
+                <div class="strip-axis muted"><span>"0"</span><span>{duration_ms((t1 - t0) as f64 / 1e6)}</span></div>
+                <p class="muted strip-totals">{totals(&d.stages).join(" · ")}</p>
+            </section>
+        }
+    })
+}

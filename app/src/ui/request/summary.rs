@@ -1,0 +1,135 @@
+//! The head of the request page: who (id, engine, model, instance, role, sampling), how fast
+//! against the SLOs, the verdict, and the diagnosis as sentences with its culprits linked.
+
+use leptos::prelude::*;
+
+use super::Rq;
+use crate::analysis::diagnosis::{Diagnosis, Verdict};
+use crate::api::RequestDetail;
+use crate::model::SamplingParams;
+use crate::ui::format::{duration_ms, thousands};
+use crate::ui::links::{request_href, waterfall_href};
+use crate::ui::query::{build, encode};
+use crate::ui::time::{Zone, date_time};
+
+fn sampling_text(s: &SamplingParams) -> String {
+    let mut parts = Vec::new();
+    if let Some(v) = s.temperature {
+        parts.push(format!("temperature {v}"));
+    }
+    if let Some(v) = s.top_p {
+        parts.push(format!("top_p {v}"));
+    }
+    if let Some(v) = s.top_k {
+        parts.push(format!("top_k {v}"));
+    }
+    if let Some(v) = s.max_tokens {
+        parts.push(format!("max_tokens {v}"));
+    }
+    if let Some(v) = s.seed {
+        parts.push(format!("seed {v}"));
+    }
+    if parts.is_empty() {
+        "sampling parameters not reported".into()
+    } else {
+        parts.join(" · ")
+    }
+}
+
+/// One figure against its SLO: `1.21 s` over `SLO 2 s`, red when broken.
+#[component]
+fn Kpi(label: &'static str, value: Option<f64>, slo: Option<f64>) -> impl IntoView {
+    let over = value.zip(slo).is_some_and(|(v, s)| v > s);
+    view! {
+        <div class="kpi" class:over=over data-testid=format!("kpi-{}", label.to_lowercase())>
+            <span>{label}</span>
+            <b>{value.map(duration_ms).unwrap_or_else(|| "–".into())}</b>
+            {slo.map(|s| view! { <small class="muted">{format!("SLO {}", duration_ms(s))}{if over { " ▲" } else { "" }}</small> })}
+        </div>
+    }
+}
+
+fn links(d: &RequestDetail) -> impl IntoView + use<> {
+    let s = &d.summary;
+    let q = build(&[("instance", s.instance.clone())]);
+    let id = encode(&s.request_id);
+    let wf = waterfall_href(&s.instance, &s.request_id, s.arrival_ns, s.e2e_ms);
+    let trace = d.trace_id.clone().map(|t| {
+        view! { <a href=format!("/{}", build(&[("find", t.clone())])) title="every part of this trace (PD: prefill and decode instances)">"trace "{t[..8.min(t.len())].to_string()}"…"</a> }
+    });
+    view! {
+        <div class="rq-links">
+            <a href=wf data-testid="show-in-waterfall">"show in waterfall"</a>
+            <a href=format!("/api/v1/requests/{id}/tokens.csv{q}") data-testid="export-csv" download="">"tokens as CSV"</a>
+            <a href=format!("/api/v1/requests/{id}/trace.json{q}") data-testid="export-trace" download="" title="Chrome trace JSON: open it in ui.perfetto.dev">"Chrome trace (Perfetto)"</a>
+            {trace}
+        </div>
+    }
+}
+
+#[component]
+pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
+    let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
+    let th = rq.th.get_value();
+    rq.d.with_value(|d| {
+        let s = d.summary.clone();
+        let degraded = dx.verdict == Verdict::Degraded;
+        let instance = s.instance.clone();
+        let findings = dx
+            .findings
+            .into_iter()
+            .map(|f| {
+                let culprits = f
+                    .culprits
+                    .iter()
+                    .map(|c| view! { <a class="culprit" href=request_href(&instance, c)>"◆ "{c.clone()}</a> })
+                    .collect_view();
+                view! {
+                    <li class="finding" data-cause=f.cause.name()>
+                        <span class="cause">{f.cause.name().replace('_', " ")}{f.inferred.then_some(" (inferred from spans)")}</span>
+                        <p>{f.summary}</p>
+                        <div class="culprits">{culprits}</div>
+                    </li>
+                }
+            })
+            .collect_view();
+        let arrival = s.arrival_ns;
+        let id = s.request_id.clone();
+        let copy = move |_| {
+            #[cfg(feature = "hydrate")]
+            if let Some(w) = web_sys::window() {
+                let _ = w.navigator().clipboard().write_text(&id);
+            }
+            #[cfg(not(feature = "hydrate"))]
+            let _ = &id;
+        };
+        view! {
+            <section class="panel rq-head">
+                <div class="rq-title">
+                    <h1 class="sel-id" data-testid="request-id">{s.request_id.clone()}</h1>
+                    <button class="copy" title="Copy the request id" data-testid="copy-id" on:click=copy>"copy"</button>
+                    <span class="verdict" class:bad=degraded data-testid="verdict">{if degraded { "degraded" } else { "healthy" }}</span>
+                </div>
+                <p class="muted rq-meta">
+                    {format!("{} · {} · {} · {} · finished: {} · ", s.engine.as_str(), s.model, s.instance, d.role.as_str(), s.finish_reason.as_str())}
+                    <span class="time">{move || { let z = zone.get(); format!("arrived {} ({})", date_time(arrival, &z), z.label()) }}</span>
+                </p>
+                <p class="muted rq-meta" data-testid="sampling">{sampling_text(&d.sampling)}</p>
+                <div class="kpis">
+                    <Kpi label="TTFT" value=s.ttft_ms slo=Some(th.ttft_ms)/>
+                    <Kpi label="TPOT" value=s.tpot_ms slo=Some(th.tpot_ms)/>
+                    <Kpi label="E2E" value=Some(s.e2e_ms) slo=None/>
+                    <Kpi label="Queue" value=s.queue_ms slo=None/>
+                    <div class="kpi"><span>"Tokens"</span><b>{format!("{} → {}", thousands(s.prompt_tokens.into()), thousands(s.output_tokens.into()))}</b>
+                        <small class="muted">{if d.cached_tokens > 0 { format!("{} cached", thousands(d.cached_tokens.into())) } else { "prompt → output".into() }}</small></div>
+                    {(d.preemptions > 0).then(|| view! { <div class="kpi over"><span>"Preempted"</span><b>{d.preemptions}" ×"</b></div> })}
+                </div>
+                <ul class="findings" data-testid="findings">
+                    {findings}
+                    {(!degraded).then(|| view! { <li class="muted">"Nothing to explain: within the SLOs, and the answer ended as expected."</li> })}
+                </ul>
+                {links(d)}
+            </section>
+        }
+    })
+}
