@@ -37,7 +37,8 @@ pub enum Command {
     Import {
         #[command(flatten)]
         db: DbArgs,
-        #[arg(long, value_enum)]
+        /// The file's format; `auto` tells them apart by content.
+        #[arg(long, value_enum, default_value = "auto")]
         format: crate::ingest::import::Format,
         /// Instance the requests ran on (default: trtllm-import / openai-import).
         #[arg(long)]

@@ -169,6 +169,43 @@ async fn openai_responses_give_word_choice() {
 }
 
 #[tokio::test]
+async fn formats_are_told_apart_and_the_reply_says_where_to_open() {
+    let app = spawn_app().await;
+    for (rel, format, first) in [
+        ("openai/chat_logprobs.json", "openai", "chatcmpl-8d1f"),
+        ("openai/completions.jsonl", "openai", "cmpl-77"),
+    ] {
+        let reply: serde_json::Value = import(&app, "", rel).await.json().await.unwrap();
+        assert_eq!(reply["format"], format, "{rel}: {reply}");
+        assert_eq!(reply["requests"][0]["request_id"], first, "{rel}");
+        assert_eq!(reply["requests"][0]["instance"], "openai-import", "{rel}");
+    }
+    // The refused response of the JSON Lines file is named by its line.
+    let reply: serde_json::Value = import(&app, "format=openai", "openai/completions.jsonl")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        reply["rejections"][0]["item"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 2 "),
+        "{reply}"
+    );
+    let reply: serde_json::Value = import(
+        &app,
+        &format!("clock_offset_s={OFFSET}"),
+        "trtllm/perf_metrics.json",
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(reply["format"], "trtllm-perf-metrics", "{reply}");
+}
+
+#[tokio::test]
 async fn bad_imports_say_what_is_wrong() {
     let app = spawn_app().await;
     for (query, body, needle) in [

@@ -45,6 +45,29 @@ async fn scenarios_show_their_symptoms_through_the_query_api() {
         "control TPOT {}",
         control["tpot_ms"]
     );
+    // The stalled token names whose prefills ran while it waited; the control's tokens, though
+    // chunked prefills ran beside them, never waited past the SLO.
+    let waited_on = |d: &serde_json::Value| -> Vec<(f64, usize)> {
+        d["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| {
+                let by = t.get("prefilled_meanwhile")?.as_array()?.len();
+                Some((t["latency_ms"].as_f64()?, by))
+            })
+            .collect()
+    };
+    let stalled = waited_on(&victim);
+    assert!(
+        stalled.iter().any(|&(ms, by)| ms > 1000.0 && by == 12),
+        "victim tokens waiting on prefills: {stalled:?}"
+    );
+    assert!(
+        waited_on(&control).iter().all(|&(ms, _)| ms < 50.0),
+        "control: {:?}",
+        waited_on(&control)
+    );
 
     // long-prompt-monopolizes: five consecutive prefill iterations, then a > 2 s first-token wait
     let long = get("lpm-long", "sim-lpm").await;

@@ -17,17 +17,59 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::analysis::diagnosis::{Diagnosis, Thresholds};
-use crate::api::RequestDetail;
+use crate::api::{RequestDetail, RequestList, RequestSummary};
 use crate::ui::fetch::get_json;
 use crate::ui::query::{build, encode};
 use state::RequestQuery;
 
-async fn load(id: String, instance: String) -> Result<(RequestDetail, Diagnosis), String> {
-    let q = build(&[("instance", instance)]);
-    let id = encode(&id);
-    let d: RequestDetail = get_json(format!("/api/v1/requests/{id}{q}")).await?;
-    let dx: Diagnosis = get_json(format!("/api/v1/requests/{id}/diagnosis{q}")).await?;
+/// Why the page has no request to show.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Missing {
+    /// What the API said.
+    Error(String),
+    /// The id names requests on several instances (and the link said none): which to open.
+    Several(Vec<RequestSummary>),
+}
+
+async fn load(id: String, instance: String) -> Result<(RequestDetail, Diagnosis), Missing> {
+    let q = build(&[("instance", instance.clone())]);
+    let path = encode(&id);
+    let d: RequestDetail = match get_json(format!("/api/v1/requests/{path}{q}")).await {
+        Ok(d) => d,
+        Err(e) if instance.is_empty() => {
+            let found: Result<RequestList, String> = get_json(format!(
+                "/api/v1/requests{}",
+                build(&[("find", id), ("limit", "20".into())])
+            ))
+            .await;
+            return Err(match found {
+                Ok(l) if l.requests.len() > 1 => Missing::Several(l.requests),
+                _ => Missing::Error(e),
+            });
+        }
+        Err(e) => return Err(Missing::Error(e)),
+    };
+    let dx: Diagnosis = get_json(format!("/api/v1/requests/{path}/diagnosis{q}"))
+        .await
+        .map_err(Missing::Error)?;
     Ok((d, dx))
+}
+
+fn missing(m: Missing) -> impl IntoView {
+    let body = match m {
+        Missing::Error(e) => view! { <p class="error" data-testid="request-error">{e}</p> }.into_any(),
+        Missing::Several(parts) => view! {
+            <p data-testid="request-several">"This id names requests on several instances (a PD request has a prefill and a decode part). Open one:"</p>
+            <ul>{parts.into_iter().map(|r| view! {
+                <li><a href=crate::ui::links::request_href(&r.instance, &r.request_id)>{r.instance.clone()}</a>
+                    {format!(" · {} → {} tokens", r.prompt_tokens, r.output_tokens)}</li>
+            }).collect_view()}</ul>
+        }.into_any(),
+    };
+    view! {
+        <section class="panel"><h2>"Request not shown"</h2>{body}
+            <p><a href="/">"Find it in the explorer"</a>" or "<a href="/upload">"upload a response"</a></p></section>
+    }
 }
 
 /// Everything the page's parts read and write.
@@ -69,8 +111,7 @@ pub fn RequestPage() -> impl IntoView {
     view! {
         <Suspense fallback=|| view! { <section class="panel skeleton-block" aria-busy="true"><div class="row"></div><div class="row"></div><div class="bar"></div></section> }>
             {move || data.get().map(|r| match r {
-                Err(e) => view! { <section class="panel"><h2>"Request not shown"</h2><p class="error" data-testid="request-error">{e}</p>
-                    <p><a href="/">"Find it in the explorer"</a>" or "<a href="/upload">"upload a response"</a></p></section> }.into_any(),
+                Err(m) => missing(m).into_any(),
                 Ok((d, dx)) => {
                     let q = query.with_untracked(|p| RequestQuery::from_lookup(|k| p.get(k)));
                     page(d, dx, q).into_any()

@@ -69,6 +69,9 @@ fn totals(stages: &[crate::api::Stage]) -> Vec<String> {
 pub fn Strip(rq: Rq) -> impl IntoView {
     let th = rq.th.get_value();
     rq.d.with_value(|d| {
+        if d.stages.is_empty() {
+            return ().into_any();
+        }
         let (t0, t1) = (d.summary.arrival_ns, d.finished_ns.max(d.summary.arrival_ns + 1));
         let pct = |ns: Nanos| ((ns - t0) as f64 / (t1 - t0) as f64 * 100.0).clamp(0.0, 100.0);
         let boxes = d
@@ -102,5 +105,6 @@ pub fn Strip(rq: Rq) -> impl IntoView {
                 <p class="muted strip-totals">{totals(&d.stages).join(" · ")}</p>
             </section>
         }
+        .into_any()
     })
 }

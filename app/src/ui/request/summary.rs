@@ -74,6 +74,8 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
     rq.d.with_value(|d| {
         let s = d.summary.clone();
         let degraded = dx.verdict == Verdict::Degraded;
+        // Word-choice-only sources (OpenAI responses) say nothing about time.
+        let timed = s.e2e_ms > 0.0 || s.ttft_ms.is_some();
         let instance = s.instance.clone();
         let findings = dx
             .findings
@@ -118,7 +120,7 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
                 <div class="kpis">
                     <Kpi label="TTFT" value=s.ttft_ms slo=Some(th.ttft_ms)/>
                     <Kpi label="TPOT" value=s.tpot_ms slo=Some(th.tpot_ms)/>
-                    <Kpi label="E2E" value=Some(s.e2e_ms) slo=None/>
+                    <Kpi label="E2E" value=timed.then_some(s.e2e_ms) slo=None/>
                     <Kpi label="Queue" value=s.queue_ms slo=None/>
                     <div class="kpi"><span>"Tokens"</span><b>{format!("{} → {}", thousands(s.prompt_tokens.into()), thousands(s.output_tokens.into()))}</b>
                         <small class="muted">{if d.cached_tokens > 0 { format!("{} cached", thousands(d.cached_tokens.into())) } else { "prompt → output".into() }}</small></div>

@@ -8,6 +8,19 @@ use leptos::prelude::*;
 use crate::api::ImportReply;
 use crate::ui::links::request_href;
 
+/// A response to try the page with: an answer cut short by an end-of-text token the model
+/// gave 12 %.
+const EXAMPLE: &str = r#"{"id": "chatcmpl-example", "object": "chat.completion", "created": 1796000000, "model": "example-8b",
+ "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Paris is the capital"},
+  "logprobs": {"content": [
+   {"token": "Paris", "logprob": -0.02, "top_logprobs": [{"token": "Paris", "logprob": -0.02}, {"token": "The", "logprob": -4.1}]},
+   {"token": " is", "logprob": -0.11, "top_logprobs": [{"token": " is", "logprob": -0.11}, {"token": ",", "logprob": -2.4}]},
+   {"token": " the", "logprob": -0.05, "top_logprobs": [{"token": " the", "logprob": -0.05}, {"token": " France", "logprob": -3.3}]},
+   {"token": " capital", "logprob": -0.01, "top_logprobs": [{"token": " capital", "logprob": -0.01}, {"token": " largest", "logprob": -5.0}]},
+   {"token": "<|eot_id|>", "logprob": -2.12, "top_logprobs": [{"token": " of", "logprob": -0.14}, {"token": "<|eot_id|>", "logprob": -2.12}]}
+  ]}}],
+ "usage": {"prompt_tokens": 14, "completion_tokens": 5}}"#;
+
 /// What the last import said.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
@@ -64,7 +77,8 @@ pub fn Upload() -> impl IntoView {
             </div>
             <div class="upload-row">
                 <label class="field">"file "<input type="file" accept=".json,.jsonl,.txt,application/json" data-testid="upload-file" on:change=pick/></label>
-                <label class="field">"instance "<input type="text" placeholder="openai-import" data-testid="upload-instance"
+                <button data-testid="upload-example" on:click=move |_| text.set(EXAMPLE.into())>"paste an example"</button>
+                <label class="field">"instance "<input type="text" placeholder="default: openai-import / trtllm-import" data-testid="upload-instance"
                     prop:value=move || instance.get() on:input=move |ev| instance.set(event_target_value(&ev))/></label>
                 <button class="primary" data-testid="upload-submit"
                     disabled=move || text.with(|t| t.trim().is_empty()) || outcome.get() == Outcome::Sending

@@ -40,7 +40,14 @@ impl Layout {
     }
 }
 
-pub fn columns(tokens: &[TokenView], width: f64, slo_ms: f64) -> Vec<Column> {
+/// The SLOs a token answers to: the first token's wait to TTFT, every later gap to TPOT.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Slo {
+    pub ttft_ms: f64,
+    pub tpot_ms: f64,
+}
+
+pub fn columns(tokens: &[TokenView], width: f64, slo: Slo) -> Vec<Column> {
     let n = tokens.len();
     let cols = n.min(width.max(1.0) as usize);
     (0..cols)
@@ -58,7 +65,7 @@ pub fn columns(tokens: &[TokenView], width: f64, slo_ms: f64) -> Vec<Column> {
                 token: tallest.index,
                 latency_ms: tallest.latency_ms.unwrap_or(0.0),
                 wait_ms: tallest.wait_ms.filter(|_| tallest.compute_ms.is_some()),
-                breach: under.iter().any(|t| is_breach(t, slo_ms)),
+                breach: under.iter().any(|t| is_breach(t, slo)),
                 interrupted: under.iter().any(|t| !t.prefilled_meanwhile.is_empty()),
                 batch: under.iter().filter_map(|t| t.batch_size).max(),
                 waiting: under.iter().filter_map(|t| t.waiting).max(),
@@ -67,9 +74,14 @@ pub fn columns(tokens: &[TokenView], width: f64, slo_ms: f64) -> Vec<Column> {
         .collect()
 }
 
-/// A gap between tokens over the TPOT SLO (the first token answers to the TTFT SLO instead).
-pub fn is_breach(t: &TokenView, slo_ms: f64) -> bool {
-    t.index > 0 && t.latency_ms.is_some_and(|l| l > slo_ms)
+/// A token that came later than its SLO allows.
+pub fn is_breach(t: &TokenView, slo: Slo) -> bool {
+    let limit = if t.index == 0 {
+        slo.ttft_ms
+    } else {
+        slo.tpot_ms
+    };
+    t.latency_ms.is_some_and(|l| l > limit)
 }
 
 /// Whether the gaps between tokens span so much that a linear scale would flatten all but the
@@ -167,6 +179,11 @@ impl YScale {
 mod tests {
     use super::*;
 
+    const SLO: Slo = Slo {
+        ttft_ms: 2000.0,
+        tpot_ms: 50.0,
+    };
+
     fn tokens(latencies: &[f64]) -> Vec<TokenView> {
         latencies
             .iter()
@@ -181,10 +198,12 @@ mod tests {
 
     #[test]
     fn few_tokens_get_a_column_each() {
-        let c = columns(&tokens(&[100.0, 10.0, 80.0, 12.0]), 400.0, 50.0);
+        let c = columns(&tokens(&[100.0, 10.0, 80.0, 12.0]), 400.0, SLO);
         assert_eq!(c.len(), 4);
         assert_eq!((c[1].x0, c[1].x1), (100.0, 200.0));
         assert!(!c[0].breach, "the first token answers to the TTFT SLO");
+        let late_first = columns(&tokens(&[2500.0, 10.0]), 400.0, SLO);
+        assert!(late_first[0].breach);
         assert!(c[2].breach && !c[3].breach);
     }
 
@@ -192,7 +211,7 @@ mod tests {
     fn many_tokens_show_the_slowest_under_each_pixel() {
         let mut l = vec![10.0; 8000];
         l[4321] = 900.0;
-        let c = columns(&tokens(&l), 1000.0, 50.0);
+        let c = columns(&tokens(&l), 1000.0, SLO);
         assert_eq!(c.len(), 1000);
         let slow = c.iter().find(|c| c.breach).unwrap();
         assert_eq!(slow.token, 4321);

@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 
 use super::draw::{self, Frame};
-use super::geometry::{Column, Layout, YScale, columns};
+use super::geometry::{Column, Layout, Slo, YScale, columns};
 use super::{HEIGHT, LEFT};
 use crate::ui::canvas::{context, local_xy, now_ms, on, record};
 use crate::ui::request::Rq;
@@ -44,7 +44,11 @@ pub fn start(rq: Rq) {
         let slo = rq.th.with_value(|t| t.tpot_ms);
         let plot_w = f64::from(w) - LEFT;
         if cols.with_value(|c| c.0) != w {
-            let c = rq.d.with_value(|d| columns(&d.tokens, plot_w, slo));
+            let slos = rq.th.with_value(|t| Slo {
+                ttft_ms: t.ttft_ms,
+                tpot_ms: t.tpot_ms,
+            });
+            let c = rq.d.with_value(|d| columns(&d.tokens, plot_w, slos));
             cols.set_value((w, c));
         }
         let scale = rq.d.with_value(|d| YScale::new(&d.tokens, slo, log));
@@ -87,6 +91,13 @@ fn layout(rq: Rq, canvas: &web_sys::HtmlCanvasElement) -> Layout {
     }
 }
 
+/// Setting a signal notifies even when the value is the same: only clear what is set.
+fn clear_hover(rq: Rq) {
+    if rq.hover.get_untracked().is_some() {
+        rq.hover.set(None);
+    }
+}
+
 fn listen(rq: Rq) {
     let Some(canvas) = rq.canvas.get_untracked() else {
         return;
@@ -117,11 +128,11 @@ fn listen(rq: Rq) {
             if rq.range.get_untracked() != r {
                 rq.range.set(r);
             }
-            rq.hover.set(None);
+            clear_hover(rq);
             return;
         }
         if x < LEFT {
-            rq.hover.set(None);
+            clear_hover(rq);
             return;
         }
         if rq.hover.get_untracked().map(|h| h.2) != Some(i) {
@@ -129,7 +140,7 @@ fn listen(rq: Rq) {
         }
     });
     on(&canvas, "mouseleave", move |_: web_sys::MouseEvent| {
-        rq.hover.set(None)
+        clear_hover(rq)
     });
     let up = move |e: web_sys::MouseEvent| {
         let Some((a, _)) = press.get_value() else {

@@ -47,7 +47,12 @@ pub fn Timeline(rq: Rq) -> impl IntoView {
     input::start(rq);
     let (list, total, breaches) = rq.d.with_value(|d| {
         let all = stalled(&d.tokens, th.ttft_ms, th.tpot_ms);
-        let breaches = d.tokens.iter().filter(|t| geometry::is_breach(t, th.tpot_ms)).count();
+        let breaches = d
+            .tokens
+            .iter()
+            .skip(1)
+            .filter(|t| t.latency_ms.is_some_and(|l| l > th.tpot_ms))
+            .count();
         let instance = d.summary.instance.clone();
         let list = all
             .iter()
@@ -99,7 +104,15 @@ pub fn Timeline(rq: Rq) -> impl IntoView {
             <div class="tl-wrap">
                 <canvas node_ref=rq.canvas class="tl-canvas" data-testid="token-timeline" tabindex="0"
                     style=format!("height:{HEIGHT}px")></canvas>
-                {move || rq.hover.get().map(|(x, y, i)| tooltip(rq, x, y, i))}
+                // One element kept and rewritten: a pointer move changes a text and a style,
+                // never the page's structure.
+                <div class="wf-tip tl-tip" data-testid="tl-tip"
+                    style=move || match rq.hover.get() {
+                        Some((x, y, _)) => format!("left:{}px;top:{}px", x + 14.0, y + 12.0),
+                        None => "display:none".into(),
+                    }>
+                    {move || rq.hover.get().map(|h| tooltip_lines(rq, h.2).join("\n")).unwrap_or_default()}
+                </div>
             </div>
             <p class="muted tl-readout" data-testid="range-readout">{readout}</p>
             {(total > 0).then(|| view! {
@@ -113,8 +126,8 @@ pub fn Timeline(rq: Rq) -> impl IntoView {
     }
 }
 
-fn tooltip(rq: Rq, x: f64, y: f64, i: u32) -> impl IntoView {
-    let lines = rq.d.with_value(|d| {
+fn tooltip_lines(rq: Rq, i: u32) -> Vec<String> {
+    rq.d.with_value(|d| {
         let Some(t) = d.tokens.get(i as usize) else {
             return Vec::new();
         };
@@ -169,10 +182,5 @@ fn tooltip(rq: Rq, x: f64, y: f64, i: u32) -> impl IntoView {
             ));
         }
         lines
-    });
-    view! {
-        <div class="wf-tip tl-tip" data-testid="tl-tip" style=format!("left:{}px;top:{}px", x + 14.0, y + 12.0)>
-            {lines.into_iter().map(|l| view! { <div>{l}</div> }).collect_view()}
-        </div>
-    }
+    })
 }

@@ -1,0 +1,164 @@
+// The request page: the seed cases tell their story without JSON (a decode interrupted by
+// prefills, an EOS sampled at about 10 %), token text is never markup, an upload lands on its
+// word choice, and the timeline brushes tokens into the word-choice view.
+import { test, expect, Page } from "@playwright/test";
+
+async function hydrated(page: Page) {
+  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
+}
+
+async function painted(page: Page) {
+  await page.waitForFunction(() => ((window as any).__tsTimelinePaintMs ?? []).length > 0, null, { timeout: 15_000 });
+}
+
+/** An OpenAI chat completion with logprobs: one entry per [token, logprob, alternatives]. */
+function chatResponse(id: string, tokens: [string, number, [string, number][]][]) {
+  return {
+    id, object: "chat.completion", created: 1796000000, model: "test-model",
+    choices: [{
+      index: 0, finish_reason: "stop",
+      message: { role: "assistant", content: tokens.map((t) => t[0]).join("") },
+      logprobs: { content: tokens.map(([token, logprob, top]) => ({
+        token, logprob, top_logprobs: top.map(([t, l]) => ({ token: t, logprob: l })),
+      })) },
+    }],
+    usage: { prompt_tokens: 12, completion_tokens: tokens.length },
+  };
+}
+
+test("low-probability-eos: the EOS is flagged, selected, with its rank and probability", async ({ page }) => {
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto("/requests/eos-victim?instance=sim-eos");
+  await hydrated(page);
+  await expect(page.getByTestId("findings").locator('[data-cause="low_probability_eos"]')).toBeVisible();
+  // The words come first and the flagged EOS is already selected.
+  const eos = page.getByTestId("word-flow").locator(".tk.special.flag");
+  await expect(eos).toHaveText(/⟨EOS⟩/);
+  await expect(eos).toHaveClass(/\bsel\b/);
+  const panel = page.getByTestId("token-panel");
+  await expect(panel).toContainText("⟨EOS⟩");
+  await expect(panel.getByTestId("tp-rank")).toHaveText("2");
+  await expect(panel.getByTestId("tp-probability")).toHaveText(/^0\.(09|10)\d$/);
+  await expect(panel.getByTestId("candidates").locator("tr.chosen")).toContainText("⟨EOS⟩");
+  await expect(page.getByTestId("flagged")).toContainText("unlikely end of answer");
+  await expect(page).toHaveURL(/tok=\d+/);
+  // N steps through the flags (one here: it stays), → moves off it, P comes back.
+  await page.keyboard.press("ArrowLeft");
+  await expect(panel.getByTestId("tp-rank")).not.toHaveText("2");
+  await page.keyboard.press("n");
+  await expect(panel.getByTestId("tp-rank")).toHaveText("2");
+  await page.screenshot({ path: "test-results/request-low-probability-eos.png", fullPage: true });
+  expect(errors).toEqual([]);
+});
+
+test("token text is shown as text: markup in a token never runs", async ({ page, request }) => {
+  const id = `chatcmpl-xss-${Date.now()}`;
+  const evil = "<img src=x onerror=alert(1)>";
+  const body = chatResponse(id, [
+    ["Sure", -0.01, [["Sure", -0.01], ["<script>alert(2)</script>", -5.0]]],
+    [evil, -2.5, [[" fine", -0.2], [evil, -2.5]]],
+    ["\u202e\u200b", -0.3, [["\u202e\u200b", -0.3]]],
+  ]);
+  const reply = await request.post("/api/v1/import?format=openai", { data: JSON.stringify(body) });
+  expect(reply.status()).toBe(200);
+  let dialogs = 0;
+  page.on("dialog", (d) => { dialogs += 1; d.dismiss(); });
+  await page.goto(`/requests/${id}?instance=openai-import&tok=1`);
+  await hydrated(page);
+  const flow = page.getByTestId("word-flow");
+  await expect(flow).toContainText(evil);
+  await expect(flow.locator("img")).toHaveCount(0);
+  // Invisible characters are shown as escapes.
+  await expect(flow.locator(".odd")).toHaveText(["U+202E", "U+200B"]);
+  const panel = page.getByTestId("token-panel");
+  await expect(panel).toContainText("<img␣src=x␣onerror=alert(1)>");
+  await page.locator('[data-i="0"]').click();
+  await expect(panel.getByTestId("candidates")).toContainText("<script>alert(2)</script>");
+  await expect(page.locator("script:not([src])", { hasText: "alert(2)" })).toHaveCount(0);
+  await page.screenshot({ path: "test-results/request-markup-as-text.png", fullPage: true });
+  expect(dialogs).toBe(0);
+});
+
+test("an uploaded OpenAI response lands on its word choice; a bad one says what is wrong", async ({ page }) => {
+  const id = `chatcmpl-upload-${Date.now()}`;
+  await page.goto("/upload");
+  await hydrated(page);
+  await page.getByTestId("upload-text").fill('{"hello": 1}');
+  await page.getByTestId("upload-submit").click();
+  await expect(page.getByTestId("upload-error")).toContainText("not a format tokenscope reads");
+  const body = chatResponse(id, [
+    ["The", -0.05, [["The", -0.05], ["A", -3.1]]],
+    [" answer", -1.2, [[" reply", -0.6], [" answer", -1.2]]],
+    ["<|eot_id|>", -1.9, [[" is", -0.2], ["<|eot_id|>", -1.9]]],
+  ]);
+  await page.getByTestId("upload-text").fill(JSON.stringify(body, null, 2));
+  await page.getByTestId("upload-submit").click();
+  await expect(page).toHaveURL(new RegExp(`/requests/${id}\\?instance=openai-import`));
+  await hydrated(page);
+  await expect(page.getByTestId("request-id")).toHaveText(id);
+  await expect(page.getByTestId("no-timeline")).toBeVisible();
+  await expect(page.getByTestId("word-flow").locator(".tk")).toHaveCount(3);
+  await expect(page.getByTestId("word-flow").locator(".tk.special")).toHaveText("⟨EOS⟩");
+  await expect(page.getByTestId("token-panel").getByTestId("tp-rank")).toHaveText("2");
+  await page.screenshot({ path: "test-results/upload-landed.png", fullPage: true });
+});
+
+test("prefill-interrupts-decode: the stalled token names its culprits; brushing selects words", async ({ page }) => {
+  await page.goto("/requests/pid-victim?instance=sim-pid");
+  await hydrated(page);
+  await painted(page);
+  await expect(page.getByTestId("findings").locator('[data-cause="prefill_interrupted_decode"]')).toBeVisible();
+  const stalled = page.getByTestId("stalled-tokens").locator("li");
+  await expect(stalled.first()).toContainText("pid-prefill-00");
+  const token = await stalled.first().getAttribute("data-token");
+  await stalled.first().getByRole("button").click();
+  await expect(page).toHaveURL(new RegExp(`tok=${token}`));
+  await expect(page.getByTestId("prefilled-meanwhile")).toContainText("12 other requests");
+  await expect(page.locator(`[data-i="${token}"]`)).toHaveClass(/\bslow\b/);
+  // Brush the first half of the bars.
+  const box = (await page.getByTestId("token-timeline").boundingBox())!;
+  const y = box.y + 100;
+  await page.mouse.move(box.x + 80, y);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width / 2, y, { steps: 8 });
+  await page.mouse.up();
+  await expect(page.getByTestId("range-readout")).toContainText(/tokens \d+–\d+ selected/);
+  await expect(page).toHaveURL(/range=\d+-\d+/);
+  const [a, b] = (await page.getByTestId("word-flow").getAttribute("data-range"))!.split("-").map(Number);
+  expect(b - a + 1).toBeGreaterThan(20);
+  expect(b - a + 1).toBeLessThan(80);
+  expect(await highlighted(page)).toBe(b - a + 1);
+  await page.screenshot({ path: "test-results/request-prefill-interrupts-decode.png", fullPage: true });
+  await page.keyboard.press("Escape");
+  await expect(page.getByTestId("word-flow")).toHaveAttribute("data-range", "");
+  expect(await highlighted(page)).toBe(0);
+});
+
+/** Word-choice spans marked as in the brushed range. */
+async function highlighted(page: Page): Promise<number> {
+  return page.getByTestId("word-flow").locator(".tk.in-range").count();
+}
+
+test("a request that does not exist says so; one on two instances offers both", async ({ page }) => {
+  await page.goto("/requests/no-such-request");
+  await expect(page.getByTestId("request-error")).toContainText("no-such-request");
+  // A PD request has a part on its prefill instance and one on its decode instance.
+  await page.goto("/requests/pd-slow");
+  await expect(page.getByTestId("request-several")).toBeVisible();
+  const parts = page.locator("main li a");
+  await expect(parts).toHaveCount(2);
+  await parts.filter({ hasText: "sim-pd-decode" }).click();
+  await expect(page).toHaveURL(/\/requests\/pd-slow\?instance=sim-pd-decode/);
+  await expect(page.getByTestId("request-id")).toHaveText("pd-slow");
+});
+
+test("long-prompt-monopolizes: the short request's first token waited on the long prompt", async ({ page }) => {
+  await page.goto("/requests/lpm-short?instance=sim-lpm");
+  await hydrated(page);
+  await expect(page.getByTestId("findings").locator('[data-cause="prefill_monopolized"]')).toContainText("lpm-long");
+  await expect(page.getByTestId("kpi-ttft")).toHaveClass(/\bover\b/);
+  const first = page.getByTestId("stalled-tokens").locator('li[data-token="0"]');
+  await expect(first).toContainText("lpm-long");
+  await page.screenshot({ path: "test-results/request-long-prompt-monopolizes.png", fullPage: true });
+});
