@@ -157,7 +157,11 @@ fn page(d: RequestDetail, dx: Diagnosis, q: RequestQuery) -> impl IntoView {
                     {words}
                     <stages::Strip rq=rq/>
                     <section class="panel"><h2>"Token latency"</h2>
-                        <p class="empty" data-testid="no-timeline">"This source reports no per-token times (an OpenAI-style response carries word choice only). Send the engine's traces over OTLP or the native format to see each token's latency and its step's batch."</p>
+                        <p class="empty" data-testid="no-timeline">{if n == 0 {
+                            "The request produced no output tokens."
+                        } else {
+                            "This source reports no per-token times (an OpenAI-style response carries word choice only). Send the engine's traces over OTLP or the native format to see each token's latency and its step's batch."
+                        }}</p>
                     </section>
                 }.into_any(),
             }}

@@ -68,6 +68,13 @@ pub fn Words(rq: Rq) -> impl IntoView {
         rq.d.with_value(|d| d.tokens.iter().map(|t| span(t, ws)).collect_view())
     };
     let n = rq.tokens_len();
+    // Timing-only sources (TensorRT-LLM perf metrics) send no text, id or probability: there is
+    // no answer to show, only a row of empty chips.
+    let has_words = rq.d.with_value(|d| {
+        d.tokens
+            .iter()
+            .any(|t| t.text.is_some() || t.token_id.is_some() || t.logprob.is_some())
+    });
     view! {
         <section class="panel rq-words">
             <div class="section-head">
@@ -80,6 +87,8 @@ pub fn Words(rq: Rq) -> impl IntoView {
             <div class="words-body">
                 {if n == 0 {
                     view! { <p class="empty">"No output tokens were reported for this request."</p> }.into_any()
+                } else if !has_words {
+                    view! { <p class="empty" data-testid="no-words">{format!("This source reports the {n} tokens' times but not their text, ids or probabilities (TensorRT-LLM's perf metrics do not carry them). Send logprobs (an OpenAI-style response, or the engine's token events) to see the word choice.")}</p> }.into_any()
                 } else {
                     view! { <div class="flow" node_ref=rq.flow data-testid="word-flow" on:click=click>{flow}</div> }.into_any()
                 }}
