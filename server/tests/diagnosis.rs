@@ -1,11 +1,15 @@
 //! Diagnosis on the simulator's scenarios: the scenario's cause and exactly its culprits for the
-//! ground truth's victims, from native iteration records and (timing causes) from the request
-//! spans alone; healthy controls come out healthy.
+//! ground truth's victims, from native iteration records, from timing alone, and from vLLM's
+//! request spans alone; healthy controls and busy background traffic come out healthy.
 
 mod common;
 
+use app::analysis::metrics::request_metrics;
+use app::model::{Nanos, RequestTrace};
+use common::vllm::vllm_export;
 use common::*;
-use tokenscope::sim::{self, scenarios::Truth};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use tokenscope::sim::{self, scenarios::InstanceRun, scenarios::Truth};
 
 async fn load(app: &TestApp, with_iterations: bool) -> Vec<Truth> {
     let (mut runs, truths) = sim::all_scenarios(T0, 60_000_000_000, 1);
@@ -116,9 +120,18 @@ async fn scenarios_from_native_iteration_records() {
         "{summary}"
     );
 
-    // Thresholds are per query: with a 1 s TPOT SLO the stall is not a finding.
+    // Thresholds are per query: with a 1 s TPOT SLO the mean is fine, but the 6.7 s gap is still
+    // a stall (a warning); with a 10 s stall threshold too, nothing is found.
     let relaxed = app
         .get_json("/api/v1/requests/pid-victim/diagnosis?instance=sim-pid&tpot_ms=1000")
+        .await;
+    let stall = finding(&relaxed, "prefill_interrupted_decode").unwrap();
+    assert_eq!(stall["severity"], "warning");
+    assert_eq!(culprits(stall).len(), 12);
+    let relaxed = app
+        .get_json(
+            "/api/v1/requests/pid-victim/diagnosis?instance=sim-pid&tpot_ms=1000&stall_ms=10000",
+        )
         .await;
     assert!(finding(&relaxed, "prefill_interrupted_decode").is_none());
     assert_eq!(
@@ -199,4 +212,146 @@ async fn the_window_listing_agrees_with_each_request_s_own_diagnosis() {
     expected.sort_by_key(key);
     listed.sort_by_key(key);
     assert_eq!(listed, expected);
+}
+
+/// Busy Azure-replay traffic on several instances (two minutes of the conversation trace each,
+/// offset so they differ).
+fn busy(names: &[&str]) -> Vec<InstanceRun> {
+    let profile = sim::cost::profile("llama-8b-h100").unwrap();
+    names
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let window = sim::load::Window {
+                from_s: 60.0 * k as f64,
+                length_s: 120.0,
+            };
+            let reqs = sim::load::azure(name, sim::load::AZURE_CONV_5MIN, &window, T0).unwrap();
+            sim::traffic(name, profile, reqs, 11 + k as u64)
+        })
+        .collect()
+}
+
+async fn send_vllm_spans(app: &TestApp, runs: &[InstanceRun]) {
+    let mut client = TraceServiceClient::connect(format!("http://{}", app.running.grpc_addr))
+        .await
+        .unwrap();
+    let reply = client.export(vllm_export(runs)).await.unwrap().into_inner();
+    assert!(
+        reply
+            .partial_success
+            .as_ref()
+            .is_none_or(|p| p.rejected_spans == 0),
+        "{reply:?}"
+    );
+}
+
+fn longest_gap_ms(r: &RequestTrace) -> f64 {
+    let t: Vec<Nanos> = r.tokens.iter().filter_map(|t| t.emitted_ns).collect();
+    t.windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / 1e6)
+        .fold(0.0, f64::max)
+}
+
+/// Timing causes some request of `runs` was diagnosed with though its numbers met every
+/// threshold (TTFT and TPOT SLOs, no gap over the stall threshold, no preemption).
+async fn false_findings(app: &TestApp, runs: &[InstanceRun], with_gaps: bool) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let timing = [
+        "prefill_interrupted_decode",
+        "prefill_monopolized",
+        "queue_backlog",
+        "kv_transfer_slow",
+        "decode_stalled",
+    ];
+    for run in runs {
+        let list = app
+            .get_json(&format!(
+                "/api/v1/diagnosis?instance={}&limit=5000",
+                run.resource.instance_id
+            ))
+            .await;
+        for d in list["diagnoses"].as_array().unwrap() {
+            let id = d["request_id"].as_str().unwrap();
+            let r = run
+                .output
+                .requests
+                .iter()
+                .find(|r| r.request_id == id)
+                .unwrap();
+            let m = request_metrics(r);
+            let fine = m.ttft_ns.is_none_or(|t| t <= 2_000_000_000)
+                && m.tpot_ns.is_none_or(|t| t <= 50_000_000)
+                && (!with_gaps || longest_gap_ms(r) <= 1000.0)
+                && r.preemptions.is_empty();
+            for f in d["findings"].as_array().unwrap() {
+                if fine && timing.contains(&f["cause"].as_str().unwrap()) {
+                    wrong.push(format!("{id}: {}", f["summary"]));
+                }
+            }
+        }
+    }
+    wrong
+}
+
+#[tokio::test]
+async fn a_long_prompt_is_named_from_vllm_request_spans_alone() {
+    let app = spawn_app().await;
+    let lpm = sim::scenarios::build("long-prompt-monopolizes", T0 + 200_000_000_000, 1).unwrap();
+    let mut runs = busy(&["vllm-a", "vllm-b", "vllm-c"]);
+    runs.extend(lpm.runs);
+    send_vllm_spans(&app, &runs).await;
+
+    let d = diagnosis(&app, "lpm-short", "sim-lpm").await;
+    let f = finding(&d, "prefill_monopolized").unwrap_or_else(|| panic!("{d}"));
+    assert_eq!(culprits(f), ["lpm-long"]);
+    assert_eq!(f["inferred"], true);
+    let summary = f["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("lpm-long's 96,000-token prefill ran"),
+        "{summary}"
+    );
+    assert!(finding(&d, "queue_backlog").is_none(), "{d}");
+    assert_eq!(
+        diagnosis(&app, "lpm-control", "sim-lpm-control").await["verdict"],
+        "healthy"
+    );
+    // Busy traffic: nothing is found in requests whose numbers met the SLOs.
+    let wrong = false_findings(&app, &runs, false).await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[tokio::test]
+async fn a_freeze_under_a_fine_tpot_is_found_and_busy_traffic_is_not() {
+    let app = spawn_app().await;
+    let frz = sim::scenarios::build("prefill-freezes-decode", T0 + 200_000_000_000, 1).unwrap();
+    let mut runs = busy(&["busy-a", "busy-b", "busy-c"]);
+    runs.extend(frz.runs);
+    let url = format!("http://{}", app.running.grpc_addr);
+    sim::deliver::send(&url, sim::deliver::batches(&runs), f64::INFINITY, false)
+        .await
+        .unwrap();
+
+    let d = diagnosis(&app, "frz-victim", "sim-frz").await;
+    let f = finding(&d, "prefill_interrupted_decode").unwrap_or_else(|| panic!("{d}"));
+    assert_eq!(culprits(f), ["frz-prompt"]);
+    assert_eq!(f["severity"], "warning", "below a TPOT breach");
+    let summary = f["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("The stream stopped for 1.") && summary.contains("stall threshold"),
+        "{summary}"
+    );
+    // The threshold is per query like the others.
+    let relaxed = app
+        .get_json("/api/v1/requests/frz-victim/diagnosis?instance=sim-frz&stall_ms=3000")
+        .await;
+    assert_eq!(relaxed["verdict"], "healthy", "{relaxed}");
+    assert_eq!(
+        app.get("/api/v1/requests/frz-victim/diagnosis?stall_ms=0")
+            .await
+            .status(),
+        400
+    );
+    let wrong = false_findings(&app, &runs, true).await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

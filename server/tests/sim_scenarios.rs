@@ -25,7 +25,7 @@ async fn scenarios_show_their_symptoms_through_the_query_api() {
         .await
         .unwrap();
     assert_eq!(sent.rejected, 0);
-    assert_eq!(truths.len(), 5);
+    assert_eq!(truths.len(), 6);
     let get = |id: &str, instance: &str| {
         let path = format!("/api/v1/requests/{id}?instance={instance}");
         let app = &app;

@@ -181,6 +181,7 @@ struct ThresholdParams {
     token_probability: Option<String>,
     monopoly_iterations: Option<String>,
     kv_transfer_ms: Option<String>,
+    stall_ms: Option<String>,
 }
 
 fn parse_num<T: std::str::FromStr>(name: &str, v: &Option<String>) -> Result<Option<T>> {
@@ -216,6 +217,11 @@ impl ThresholdParams {
                 "kv_transfer_ms",
                 parse_num("kv_transfer_ms", &self.kv_transfer_ms)?,
                 d.kv_transfer_ms,
+            )?,
+            stall_ms: positive(
+                "stall_ms",
+                parse_num("stall_ms", &self.stall_ms)?,
+                d.stall_ms,
             )?,
         })
     }

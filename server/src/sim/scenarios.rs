@@ -12,8 +12,9 @@ use crate::fixtures::Rng;
 
 const MS: Nanos = 1_000_000;
 
-pub const NAMES: [&str; 5] = [
+pub const NAMES: [&str; 6] = [
     "prefill-interrupts-decode",
+    "prefill-freezes-decode",
     "long-prompt-monopolizes",
     "low-probability-eos",
     "kv-preemption",
@@ -173,6 +174,46 @@ pub fn build(name: &str, t0: Nanos, seed: u64) -> Option<Scenario> {
                     culprits,
                     controls: vec!["pid-control".into()],
                     control_instance: "sim-pid-control".into(),
+                },
+            }
+        }
+        "prefill-freezes-decode" => {
+            // One 32k-token prompt, not chunked, takes a 1.5 s step in the middle of a 200-token
+            // answer: the stream stops once, while the mean gap (TPOT) stays under the SLO.
+            let mut cfg = EngineConfig::new(p8);
+            cfg.chunked_prefill = false;
+            cfg.token_budget = 40_000;
+            let reqs = vec![
+                req("frz-victim", t0, 300, 200),
+                req("frz-prompt", t0 + 600 * MS, 32_000, 4),
+            ];
+            // Control: chunked in 512-token steps, the same prompt never stops the stream.
+            let mut ctl = EngineConfig::new(p8);
+            ctl.token_budget = 512;
+            let creqs = vec![
+                req("frz-control", t0, 300, 200),
+                req("frz-control-prompt", t0 + 600 * MS, 32_000, 4),
+            ];
+            Scenario {
+                runs: vec![
+                    simulate("sim-frz", Role::Colocated, &cfg, reqs, &mut rng, &confident),
+                    simulate(
+                        "sim-frz-control",
+                        Role::Colocated,
+                        &ctl,
+                        creqs,
+                        &mut rng,
+                        &confident,
+                    ),
+                ],
+                truth: Truth {
+                    scenario: name.into(),
+                    cause: "prefill_interrupted_decode".into(),
+                    instance: "sim-frz".into(),
+                    victims: vec!["frz-victim".into()],
+                    culprits: vec!["frz-prompt".into()],
+                    controls: vec!["frz-control".into()],
+                    control_instance: "sim-frz-control".into(),
                 },
             }
         }
@@ -467,6 +508,26 @@ mod tests {
             "control TTFT {}",
             ms(control.ttft_ns)
         );
+    }
+
+    /// The longest gap between a request's tokens, in ms.
+    fn longest_gap(r: &RequestTrace) -> f64 {
+        let t: Vec<Nanos> = r.tokens.iter().filter_map(|t| t.emitted_ns).collect();
+        t.windows(2)
+            .map(|w| ms(Some(w[1] - w[0])))
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn an_unchunked_prompt_freezes_the_stream_once_under_a_fine_tpot() {
+        let s = build("prefill-freezes-decode", T0, 1).unwrap();
+        let victim = find(&s, "sim-frz", "frz-victim");
+        let gap = longest_gap(victim);
+        assert!((1200.0..2000.0).contains(&gap), "freeze {gap} ms");
+        let tpot = ms(request_metrics(victim).tpot_ns);
+        assert!(tpot < 50.0, "TPOT {tpot} hides it");
+        let control = find(&s, "sim-frz-control", "frz-control");
+        assert!(longest_gap(control) < 1000.0, "{}", longest_gap(control));
     }
 
     #[test]

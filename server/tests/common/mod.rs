@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod vllm;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use app::model::{Iteration, RequestTrace, Resource};

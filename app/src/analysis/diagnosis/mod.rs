@@ -1,0 +1,393 @@
+//! Automatic diagnosis: names why a request was slow or odd, with culprits and a sentence a
+//! support engineer can paste into a ticket.
+//!
+//! Timing causes are attributed exactly from iteration records (which requests ran prefill in
+//! the steps between two tokens) when the engine sent them, and inferred from other requests'
+//! prefill intervals on the same instance when only request spans exist (`inferred: true`).
+
+mod decode;
+mod first_token;
+mod words;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::metrics::request_metrics;
+use crate::model::{Iteration, Nanos, RequestTrace};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    PrefillInterruptedDecode,
+    PrefillMonopolized,
+    QueueBacklog,
+    KvPreempted,
+    KvTransferSlow,
+    /// A gap between tokens past the stall threshold that no prefill explains.
+    DecodeStalled,
+    LowProbabilityEos,
+    LowProbabilityToken,
+}
+
+impl Cause {
+    /// A cause in what the model said (rather than how fast it said it).
+    pub fn is_word_choice(self) -> bool {
+        matches!(self, Cause::LowProbabilityEos | Cause::LowProbabilityToken)
+    }
+
+    /// The name the API uses (`prefill_interrupted_decode`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::PrefillInterruptedDecode => "prefill_interrupted_decode",
+            Cause::PrefillMonopolized => "prefill_monopolized",
+            Cause::QueueBacklog => "queue_backlog",
+            Cause::KvPreempted => "kv_preempted",
+            Cause::KvTransferSlow => "kv_transfer_slow",
+            Cause::DecodeStalled => "decode_stalled",
+            Cause::LowProbabilityEos => "low_probability_eos",
+            Cause::LowProbabilityToken => "low_probability_token",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Healthy,
+    Degraded,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub cause: Cause,
+    pub severity: Severity,
+    pub summary: String,
+    pub culprits: Vec<String>,
+    pub evidence: serde_json::Value,
+    pub inferred: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub request_id: String,
+    pub verdict: Verdict,
+    pub findings: Vec<Finding>,
+}
+
+/// Service-level objectives and thresholds; every one can be overridden per query.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    pub ttft_ms: f64,
+    pub tpot_ms: f64,
+    /// A stop token below this probability ended the answer early.
+    pub eos_probability: f32,
+    /// A sampled token below this probability and not the likeliest is flagged.
+    pub token_probability: f32,
+    /// Consecutive prefill steps of one request that count as holding the engine.
+    pub monopoly_iterations: usize,
+    pub kv_transfer_ms: f64,
+    /// One gap between tokens longer than this is a stall, whatever the mean (TPOT) says.
+    #[serde(default = "default_stall_ms")]
+    pub stall_ms: f64,
+}
+
+fn default_stall_ms() -> f64 {
+    1000.0
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self {
+            ttft_ms: 2000.0,
+            tpot_ms: 50.0,
+            eos_probability: 0.3,
+            token_probability: 0.05,
+            monopoly_iterations: 3,
+            kv_transfer_ms: 1000.0,
+            stall_ms: default_stall_ms(),
+        }
+    }
+}
+
+/// Another request on the same instance, as far as the inferred mode needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtherRequest {
+    pub request_id: String,
+    pub prompt_tokens: u32,
+    /// Prefill intervals (start, end, tokens), in time order.
+    pub prefill: Vec<(Nanos, Nanos, u32)>,
+}
+
+/// What the diagnosis may look at besides the request itself.
+pub struct Context<'a> {
+    /// The instance's iterations overlapping the request, by start time (may be empty).
+    pub iterations: &'a [Iteration],
+    /// Other requests on the instance whose lifetime overlaps the request's.
+    pub others: &'a [OtherRequest],
+}
+
+fn ms(ns: Nanos) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// `54.8 ms`, `6.82 s`.
+pub fn duration(ns: Nanos) -> String {
+    let v = ms(ns);
+    if v >= 1000.0 {
+        format!("{:.2} s", v / 1000.0)
+    } else {
+        format!("{v:.1} ms")
+    }
+}
+
+/// An SLO as people write it: `50 ms`, `2 s`.
+fn slo_text(ms: f64) -> String {
+    if ms >= 1000.0 && (ms / 1000.0).fract() == 0.0 {
+        format!("{} s", ms / 1000.0)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn name_list(ids: &[String]) -> String {
+    match ids.len() {
+        0 => "no other request".into(),
+        1..=3 => ids.join(", "),
+        n => format!("{}, … ({n} requests)", ids[..2].join(", ")),
+    }
+}
+
+pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
+    let m = request_metrics(r);
+    let mut findings = Vec::new();
+    match m.tpot_ns {
+        Some(tpot) if ms(tpot) > th.tpot_ms => {
+            findings.extend(decode::interrupted_decode(r, tpot, ctx, th))
+        }
+        tpot => findings.extend(decode::frozen_decode(r, tpot, ctx, th)),
+    }
+    if let Some(ttft) = m.ttft_ns.filter(|&t| ms(t) > th.ttft_ms) {
+        findings.extend(first_token::slow_first_token(r, ttft, ctx, th));
+    }
+    if !r.preemptions.is_empty() {
+        let lost: Nanos = r
+            .preemptions
+            .iter()
+            .map(|p| p.resumed_ns.unwrap_or(r.finished_ns) - p.at_ns)
+            .sum();
+        let recompute = r.preemptions.iter().filter(|p| p.recompute).count();
+        findings.push(Finding {
+            cause: Cause::KvPreempted,
+            severity: Severity::Warning,
+            summary: format!(
+                "Preempted {} time{} when the KV cache ran out ({recompute} with recompute), losing {} before it resumed.",
+                r.preemptions.len(),
+                if r.preemptions.len() == 1 { "" } else { "s" },
+                duration(lost)
+            ),
+            culprits: Vec::new(),
+            evidence: serde_json::json!({ "preemptions": r.preemptions, "lost_ms": ms(lost) }),
+            inferred: false,
+        });
+    }
+    findings.extend(words::word_choice(r, th));
+    findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.cause.cmp(&b.cause)));
+    Diagnosis {
+        request_id: r.request_id.clone(),
+        verdict: if findings.is_empty() {
+            Verdict::Healthy
+        } else {
+            Verdict::Degraded
+        },
+        findings,
+    }
+}
+
+/// The gaps between consecutive tokens (emission times, in order) longer than `slo_ms`: where a
+/// reader watched the stream stop. The diagnosis attributes them; the waterfall shades them.
+pub fn gaps_over(times: &[Nanos], slo_ms: f64) -> impl Iterator<Item = (Nanos, Nanos)> + '_ {
+    let slo = (slo_ms * 1e6) as Nanos;
+    times
+        .windows(2)
+        .filter(move |w| w[1] - w[0] > slo)
+        .map(|w| (w[0], w[1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PrefillChunk, Token};
+
+    const MS: Nanos = 1_000_000;
+
+    /// A request arriving at 0, first scheduled at `scheduled` ms, its tokens at these ms.
+    fn request(id: &str, scheduled: i64, token_ms: &[i64]) -> RequestTrace {
+        let at = |v: i64| v * MS;
+        RequestTrace {
+            request_id: id.into(),
+            arrival_ns: 0,
+            queued_ns: Some(0),
+            first_scheduled_ns: Some(at(scheduled)),
+            first_token_ns: token_ms.first().map(|&t| at(t)),
+            finished_ns: at(*token_ms.last().unwrap_or(&scheduled)),
+            prompt_tokens: 500,
+            output_tokens: token_ms.len() as u32,
+            prefill_chunks: vec![PrefillChunk {
+                start_ns: at(scheduled),
+                end_ns: at(token_ms.first().copied().unwrap_or(scheduled)),
+                tokens: 500,
+                iteration: None,
+            }],
+            tokens: token_ms
+                .iter()
+                .map(|&t| Token {
+                    emitted_ns: Some(at(t)),
+                    ..Token::default()
+                })
+                .collect(),
+            ..RequestTrace::default()
+        }
+    }
+
+    fn other(id: &str, tokens: u32, prefills_ms: &[(i64, i64)]) -> OtherRequest {
+        OtherRequest {
+            request_id: id.into(),
+            prompt_tokens: tokens,
+            prefill: prefills_ms
+                .iter()
+                .map(|&(s, e)| (s * MS, e * MS, tokens))
+                .collect(),
+        }
+    }
+
+    fn run(r: &RequestTrace, others: &[OtherRequest]) -> Diagnosis {
+        let ctx = Context {
+            iterations: &[],
+            others,
+        };
+        diagnose(r, &ctx, &Thresholds::default())
+    }
+
+    fn causes(d: &Diagnosis) -> Vec<(&'static str, Vec<String>)> {
+        d.findings
+            .iter()
+            .map(|f| (f.cause.name(), f.culprits.clone()))
+            .collect()
+    }
+
+    /// A 200-token answer at 20 ms a token, with one gap of `freeze` ms after token 100.
+    fn answer(freeze: i64) -> Vec<i64> {
+        (0..200)
+            .map(|k| 100 + k * 20 + if k > 100 { freeze - 20 } else { 0 })
+            .collect()
+    }
+
+    #[test]
+    fn one_long_prefill_covering_the_wait_is_named_from_spans() {
+        // vLLM-shaped: one prefill interval per request, no chunks, no iterations.
+        let r = request("short", 2300, &[2400, 2410]);
+        let long = other("long", 96_000, &[(-200, 2300)]);
+        let small: Vec<_> = (0..4)
+            .map(|k| other(&format!("s{k}"), 300, &[(k * 10, k * 10 + 5)]))
+            .collect();
+        let mut others = vec![long];
+        others.extend(small);
+        let d = run(&r, &others);
+        assert_eq!(causes(&d), [("prefill_monopolized", vec!["long".into()])]);
+        let f = &d.findings[0];
+        assert!(f.inferred);
+        assert!(
+            f.summary.contains("long's 96,000-token prefill ran"),
+            "{}",
+            f.summary
+        );
+    }
+
+    #[test]
+    fn a_queue_of_many_prompts_stays_a_queue() {
+        let r = request("late", 2400, &[2500, 2510]);
+        let others: Vec<_> = (0..10)
+            .map(|k| other(&format!("p{k}"), 4000, &[(k * 240, k * 240 + 240)]))
+            .collect();
+        let d = run(&r, &others);
+        assert_eq!(causes(&d), [("queue_backlog", vec![])]);
+    }
+
+    #[test]
+    fn a_freeze_the_mean_hides_names_the_prefill_inside_it() {
+        let r = request("victim", 50, &answer(1500));
+        assert!(
+            crate::analysis::metrics::request_metrics(&r)
+                .tpot_ns
+                .unwrap()
+                < 50 * MS
+        );
+        let prompt = other("prompt", 32_000, &[(2125, 3600)]);
+        let d = run(&r, &[prompt]);
+        assert_eq!(
+            causes(&d),
+            [("prefill_interrupted_decode", vec!["prompt".into()])]
+        );
+        let f = &d.findings[0];
+        assert_eq!(f.severity, Severity::Warning, "below a TPOT breach");
+        assert!(
+            f.summary
+                .starts_with("The stream stopped for 1.50 s before token 101"),
+            "{}",
+            f.summary
+        );
+
+        // Nothing ran inside it: still a stall, without a culprit.
+        let d = run(&r, &[]);
+        assert_eq!(causes(&d), [("decode_stalled", vec![])]);
+    }
+
+    #[test]
+    fn gaps_under_the_stall_threshold_stay_healthy() {
+        let r = request("steady", 50, &answer(900));
+        let busy = other("busy", 32_000, &[(2000, 2900)]);
+        assert_eq!(run(&r, &[busy]).verdict, Verdict::Healthy);
+        let th = Thresholds {
+            stall_ms: 500.0,
+            ..Thresholds::default()
+        };
+        let ctx = Context {
+            iterations: &[],
+            others: &[],
+        };
+        assert_eq!(
+            diagnose(&r, &ctx, &th).verdict,
+            Verdict::Degraded,
+            "per-query threshold"
+        );
+    }
+
+    #[test]
+    fn only_gaps_longer_than_the_slo_are_stalls() {
+        let ms = 1_000_000;
+        let times = [0, 20 * ms, 70 * ms, 120 * ms, 1_620 * ms];
+        let gaps: Vec<_> = gaps_over(&times, 50.0).collect();
+        assert_eq!(gaps, [(120 * ms, 1_620 * ms)], "exactly 50 ms is not over");
+        assert_eq!(gaps_over(&times, 10.0).count(), 4);
+        assert_eq!(gaps_over(&[5], 1.0).count(), 0);
+    }
+}

@@ -1,0 +1,62 @@
+//! What the model said: an answer ended by an unlikely stop token, tokens sampled far from the top.
+
+use super::{Cause, Finding, Severity, Thresholds};
+use crate::model::{RequestTrace, SpecialToken};
+
+pub(super) fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let n = r.tokens.len();
+    let prob = |lp: Option<f32>| lp.map(|l| l.exp());
+    let eos = r.tokens.last().filter(|t| t.special == SpecialToken::Eos);
+    if let Some((last, p)) = eos.and_then(|t| {
+        prob(t.logprob)
+            .filter(|&p| p < th.eos_probability)
+            .map(|p| (t, p))
+    }) {
+        let top = last
+            .candidates
+            .first()
+            .filter(|c| c.token_id != last.token_id || c.text != last.text);
+        out.push(Finding {
+                cause: Cause::LowProbabilityEos,
+                severity: Severity::Warning,
+                summary: format!(
+                    "The answer ended after {n} tokens on an end-of-sequence token sampled at p = {p:.3}{}{}.",
+                    last.rank.map(|k| format!(" (rank {k})")).unwrap_or_default(),
+                    top.map(|c| format!("; the likeliest token was {:?} (p = {:.3})", c.text.clone().unwrap_or_default(), c.logprob.exp()))
+                        .unwrap_or_default()
+                ),
+                culprits: Vec::new(),
+                evidence: serde_json::json!({ "index": n - 1, "probability": p, "rank": last.rank }),
+                inferred: false,
+            });
+    }
+    let unlikely: Vec<(usize, f32)> = r
+        .tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.special == SpecialToken::None && t.rank.is_some_and(|k| k > 1))
+        .filter_map(|(i, t)| {
+            prob(t.logprob)
+                .filter(|&p| p < th.token_probability)
+                .map(|p| (i, p))
+        })
+        .collect();
+    if let Some(&(worst, p)) = unlikely.iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
+        out.push(Finding {
+            cause: Cause::LowProbabilityToken,
+            severity: Severity::Info,
+            summary: format!(
+                "{} token{} sampled far from the top (p < {}); the least likely, {:?} at position {worst}, had p = {p:.4}.",
+                unlikely.len(),
+                if unlikely.len() == 1 { " was" } else { "s were" },
+                th.token_probability,
+                r.tokens[worst].text.clone().unwrap_or_default()
+            ),
+            culprits: Vec::new(),
+            evidence: serde_json::json!({ "positions": unlikely.iter().map(|(i, _)| i).collect::<Vec<_>>() }),
+            inferred: false,
+        });
+    }
+    out
+}
