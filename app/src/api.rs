@@ -292,3 +292,71 @@ pub struct Comparison {
     pub b: CompareSide,
     pub deltas: Vec<Delta>,
 }
+
+/// What an incident froze: the window's waterfall (victims and culprits pulled together) and each
+/// victim's full request view with its diagnosis, enough to redraw the page and the preview
+/// after the raw traces are gone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IncidentSnapshot {
+    pub waterfall: crate::analysis::waterfall::Waterfall,
+    pub requests: Vec<IncidentRequest>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IncidentRequest {
+    pub detail: RequestDetail,
+    pub diagnosis: crate::analysis::diagnosis::Diagnosis,
+}
+
+/// An incident as listed (`GET /api/v1/incidents`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IncidentSummary {
+    pub slug: String,
+    pub title: String,
+    pub created_ns: Nanos,
+    pub revoked: bool,
+    pub instances: Vec<String>,
+    pub from_ns: Nanos,
+    pub to_ns: Nanos,
+    pub victims: Vec<String>,
+    pub culprits: Vec<String>,
+    /// The first finding's sentence (the story in one line).
+    pub headline: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IncidentList {
+    pub incidents: Vec<IncidentSummary>,
+}
+
+/// One incident with its frozen evidence (`GET /api/v1/incidents/{slug}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Incident {
+    #[serde(flatten)]
+    pub summary: IncidentSummary,
+    pub note: String,
+    pub snapshot: IncidentSnapshot,
+}
+
+/// Body of `POST /api/v1/incidents`: the requests to freeze, on one or more instances; the window
+/// defaults to the victims' lifetimes with some context around them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewIncident {
+    pub title: String,
+    #[serde(default)]
+    pub note: String,
+    pub instance: String,
+    pub requests: Vec<String>,
+    #[serde(default)]
+    pub from_ns: Option<Nanos>,
+    #[serde(default)]
+    pub to_ns: Option<Nanos>,
+}
+
+/// Reply of `POST /api/v1/incidents`: where the incident lives.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CreatedIncident {
+    pub slug: String,
+    /// The page's path (`/incidents/{slug}`).
+    pub path: String,
+}

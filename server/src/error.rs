@@ -15,6 +15,9 @@ pub enum Error {
     InvalidArgument(String),
     #[error("{0}")]
     NotFound(String),
+    /// It existed and was withdrawn (a revoked incident link).
+    #[error("{0}")]
+    Gone(String),
     /// The request is valid but matches more than one thing (e.g. a request id on two instances).
     #[error("{0}")]
     Ambiguous(String),
@@ -32,6 +35,7 @@ impl Error {
         match self {
             Error::InvalidArgument(_) => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Gone(_) => StatusCode::GONE,
             Error::Ambiguous(_) => StatusCode::CONFLICT,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -41,7 +45,7 @@ impl Error {
     pub fn grpc_code(&self) -> tonic::Code {
         match self {
             Error::InvalidArgument(_) => tonic::Code::InvalidArgument,
-            Error::NotFound(_) => tonic::Code::NotFound,
+            Error::NotFound(_) | Error::Gone(_) => tonic::Code::NotFound,
             Error::Ambiguous(_) => tonic::Code::FailedPrecondition,
             Error::Unavailable(_) => tonic::Code::Unavailable,
             Error::Internal(_) => tonic::Code::Internal,

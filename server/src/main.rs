@@ -3,15 +3,29 @@
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// Rendering a page walks its view tree recursively; the largest (an incident holding a
+/// request's whole page) needs more than the default 2 MiB of stack in debug builds.
+const WORKER_STACK_BYTES: usize = 16 << 20;
+
+fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn")),
         )
         .init();
-    match tokenscope::cli::run(tokenscope::cli::Cli::parse()).await {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(WORKER_STACK_BYTES)
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tokenscope: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(tokenscope::cli::run(tokenscope::cli::Cli::parse())) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tokenscope: {e}");

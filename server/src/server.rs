@@ -130,7 +130,11 @@ fn http_app(config: &Config, store: Store, otlp: Otlp, addr: SocketAddr) -> Rout
             },
         )
         .fallback(leptos_axum::file_and_error_handler(app::shell))
-        .with_state(leptos);
+        .with_state(leptos)
+        .layer(axum::middleware::from_fn_with_state(
+            store.clone(),
+            crate::api::incidents::gate,
+        ));
     let otlp_http = Router::new()
         .route(
             "/v1/traces",

@@ -44,11 +44,23 @@ pub fn get_json<T: DeserializeOwned + Send + 'static>(
     }
 }
 
-/// POSTs `body` to `url` from the browser and parses the JSON reply (the upload page; the
+/// POSTs `body` to `url` from the browser and parses the JSON reply (upload, incidents; the
 /// server never posts to itself).
 #[cfg(feature = "hydrate")]
 pub async fn post_json<T: DeserializeOwned>(url: String, body: String) -> Result<T, String> {
-    parse(&url, browser::post_text(url.clone(), body).await)
+    parse(&url, browser::send("POST", url.clone(), Some(body)).await)
+}
+
+/// Sends `method` (DELETE, …) to `url` from the browser; the reply's body, or the error.
+#[cfg(feature = "hydrate")]
+pub async fn send(method: &str, url: String) -> Result<String, String> {
+    browser::send(method, url, None).await
+}
+
+/// GETs `url` as text from the browser (Markdown for a ticket).
+#[cfg(feature = "hydrate")]
+pub async fn get_text(url: String) -> Result<String, String> {
+    browser::get_text(url).await
 }
 
 fn parse<T: DeserializeOwned>(url: &str, body: Result<String, String>) -> Result<T, String> {
@@ -80,11 +92,13 @@ mod browser {
         text(JsFuture::from(window.fetch_with_str(&url))).await
     }
 
-    pub async fn post_text(url: String, body: String) -> Result<String, String> {
+    pub async fn send(method: &str, url: String, body: Option<String>) -> Result<String, String> {
         let window = web_sys::window().ok_or("no window")?;
         let init = web_sys::RequestInit::new();
-        init.set_method("POST");
-        init.set_body(&wasm_bindgen::JsValue::from_str(&body));
+        init.set_method(method);
+        if let Some(body) = body {
+            init.set_body(&wasm_bindgen::JsValue::from_str(&body));
+        }
         text(JsFuture::from(window.fetch_with_str_and_init(&url, &init))).await
     }
 

@@ -8,6 +8,7 @@ mod compare;
 pub mod explorer;
 pub mod fetch;
 pub mod format;
+pub mod incident;
 pub mod links;
 pub mod query;
 pub mod request;
@@ -69,6 +70,7 @@ pub fn App() -> impl IntoView {
                     <a href="/">"Explorer"</a>
                     <a href="/waterfall">"Waterfall"</a>
                     <a href="/compare">"Compare"</a>
+                    <a href="/incidents">"Incidents"</a>
                     <a href="/upload">"Upload"</a>
                 </nav>
             </header>
@@ -79,6 +81,8 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("compare") view=compare::Compare ssr=SsrMode::Async/>
                     <Route path=path!("/requests/:id") view=request::RequestPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("upload") view=upload::Upload/>
+                    <Route path=StaticSegment("incidents") view=incident::IncidentList ssr=SsrMode::Async/>
+                    <Route path=path!("/incidents/:slug") view=incident::IncidentPage ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>

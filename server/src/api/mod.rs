@@ -21,6 +21,7 @@ mod compare;
 mod diagnosis;
 mod export;
 mod import;
+pub mod incidents;
 mod latency;
 mod requests;
 mod waterfall;
@@ -46,6 +47,19 @@ pub fn router(store: Store) -> Router {
             "/api/v1/requests/{request_id}/trace.json",
             get(export::chrome_trace),
         )
+        .route(
+            "/api/v1/incidents",
+            get(incidents::list).post(incidents::create),
+        )
+        .route(
+            "/api/v1/incidents/{slug}",
+            get(incidents::get).delete(incidents::revoke),
+        )
+        .route(
+            "/api/v1/incidents/{slug}/markdown",
+            get(incidents::as_markdown),
+        )
+        .route("/incidents/{slug}/{file}", get(incidents::preview_image))
         .route("/api/v1/diagnosis", get(diagnosis::diagnose_window))
         .route("/api/v1/waterfall", get(waterfall::waterfall))
         .route("/api/v1/latency", get(latency::latency))

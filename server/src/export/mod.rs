@@ -1,8 +1,12 @@
-//! A request as files other tools open: its token table as CSV (spreadsheets, pandas) and its
-//! timeline as Chrome trace JSON (Perfetto UI, chrome://tracing). Pure: `RequestDetail` in, text out.
+//! Requests and incidents as files other tools open: a request's token table as CSV
+//! (spreadsheets, pandas) and its timeline as Chrome trace JSON (Perfetto UI, chrome://tracing);
+//! an incident as Markdown for a ticket and as its link preview (PNG, SVG). Pure: API values in,
+//! bytes out.
 
 mod chrome_trace;
 mod csv;
+pub mod markdown;
+pub mod preview;
 
 pub use chrome_trace::chrome_trace;
 pub use csv::tokens_csv;

@@ -4,6 +4,7 @@ mod batch_block;
 mod bytes;
 mod compare;
 mod diagnosis;
+mod incidents;
 mod latency;
 mod partitions;
 mod read;

@@ -77,6 +77,9 @@ fn missing(m: Missing) -> impl IntoView {
 pub struct Rq {
     pub d: StoredValue<RequestDetail>,
     pub th: StoredValue<Thresholds>,
+    /// The request as it is in the store (else frozen in an incident: its URL is not this
+    /// page's, and exports and the waterfall may be gone).
+    pub live: bool,
     pub tok: RwSignal<Option<u32>>,
     pub range: RwSignal<Option<(u32, u32)>>,
     pub log: RwSignal<bool>,
@@ -114,14 +117,20 @@ pub fn RequestPage() -> impl IntoView {
                 Err(m) => missing(m).into_any(),
                 Ok((d, dx)) => {
                     let q = query.with_untracked(|p| RequestQuery::from_lookup(|k| p.get(k)));
-                    page(d, dx, q).into_any()
+                    page(d, dx, q, true).into_any()
                 }
             })}
         </Suspense>
     }
 }
 
-fn page(d: RequestDetail, dx: Diagnosis, q: RequestQuery) -> impl IntoView {
+/// A request's page from data already at hand (an incident's snapshot): no live links, no
+/// "create incident".
+pub fn frozen(d: RequestDetail, dx: Diagnosis, q: RequestQuery) -> impl IntoView {
+    page(d, dx, q, false)
+}
+
+fn page(d: RequestDetail, dx: Diagnosis, q: RequestQuery, live: bool) -> impl IntoView {
     let n = d.tokens.len() as u32;
     let timed = d.tokens.iter().any(|t| t.latency_ms.is_some());
     let log_auto = timeline::geometry::wants_log(&d.tokens);
@@ -135,6 +144,7 @@ fn page(d: RequestDetail, dx: Diagnosis, q: RequestQuery) -> impl IntoView {
     let rq = Rq {
         d: StoredValue::new(d),
         th: StoredValue::new(Thresholds::default()),
+        live,
         tok: RwSignal::new(q.tok.filter(|t| *t < n).or(first_flag)),
         range: RwSignal::new(q.range.filter(|r| r.1 < n)),
         log: RwSignal::new(q.log.unwrap_or(log_auto)),
@@ -145,7 +155,9 @@ fn page(d: RequestDetail, dx: Diagnosis, q: RequestQuery) -> impl IntoView {
         flow: NodeRef::new(),
     };
     #[cfg(feature = "hydrate")]
-    follow_url(rq, q.instance.clone(), log_auto);
+    if live {
+        follow_url(rq, q.instance.clone(), log_auto);
+    }
     let words = view! { <words::Words rq=rq/> };
     view! {
         <div class="rq" data-testid="request-page">

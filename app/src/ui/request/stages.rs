@@ -5,10 +5,10 @@
 use leptos::prelude::*;
 
 use super::Rq;
+use crate::analysis::diagnosis::stalls;
 use crate::api::StageKind;
 use crate::model::Nanos;
 use crate::ui::format::{duration_ms, thousands};
-use crate::ui::waterfall::stalls;
 
 fn name(k: StageKind) -> &'static str {
     match k {

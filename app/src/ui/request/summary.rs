@@ -74,6 +74,11 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
     rq.d.with_value(|d| {
         let s = d.summary.clone();
         let degraded = dx.verdict == Verdict::Degraded;
+        // An incident's default title: what broke, and where.
+        let dx_title = match dx.findings.first() {
+            Some(f) => format!("{} on {} ({})", f.cause.name().replace('_', " "), s.instance, s.request_id),
+            None => format!("{} on {}", s.request_id, s.instance),
+        };
         // Word-choice-only sources (OpenAI responses) say nothing about time.
         let timed = s.e2e_ms > 0.0 || s.ttft_ms.is_some();
         let instance = s.instance.clone();
@@ -130,7 +135,16 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
                     {findings}
                     {(!degraded).then(|| view! { <li class="muted">"Nothing to explain: within the SLOs, and the answer ended as expected."</li> })}
                 </ul>
-                {links(d)}
+                {if rq.live {
+                    let suggested = dx_title.clone();
+                    view! {
+                        {links(d)}
+                        <div class="rq-links"><crate::ui::incident::create::CreateIncident instance=s.instance.clone()
+                            request_id=s.request_id.clone() suggested=suggested/></div>
+                    }.into_any()
+                } else {
+                    view! { <p class="muted">"Frozen in this incident: the numbers, stages, tokens and diagnosis as they were."</p> }.into_any()
+                }}
             </section>
         }
     })

@@ -9,8 +9,9 @@ use leptos::task::spawn_local;
 
 use super::geometry::Viewport;
 use super::interact::ARRIVED;
-use super::{ROW_H, ROW_MARGIN, Selected, Selection, Wf, history, stalls};
+use super::{ROW_H, ROW_MARGIN, Selected, Selection, Wf, history};
 use crate::analysis::diagnosis::Thresholds;
+use crate::analysis::diagnosis::stalls;
 use crate::analysis::waterfall::Waterfall;
 use crate::api::RequestDetail;
 use crate::ui::canvas::now_ms;

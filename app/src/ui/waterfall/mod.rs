@@ -25,9 +25,9 @@ use super::fetch::get_json;
 use super::format::{duration_ms, thousands};
 use super::query::{build, encode};
 use super::time::{Zone, date_time, span};
-use crate::analysis::diagnosis::{Diagnosis, gaps_over};
+use crate::analysis::diagnosis::Diagnosis;
 use crate::analysis::waterfall::Waterfall;
-use crate::api::{InstanceList, RequestDetail, RequestList};
+use crate::api::{InstanceList, RequestList};
 use crate::model::Nanos;
 use geometry::Viewport;
 use state::WaterfallQuery;
@@ -51,20 +51,6 @@ pub struct Selection {
     pub token_times: Vec<Nanos>,
     /// Arrival to finish.
     pub extent: Option<(Nanos, Nanos)>,
-}
-
-/// The stalled spans of a request: the wait for the first token when it broke the TTFT SLO,
-/// and every gap between tokens longer than the TPOT SLO.
-pub fn stalls(d: &RequestDetail, ttft_slo_ms: f64, tpot_slo_ms: f64) -> Vec<(Nanos, Nanos)> {
-    let times: Vec<Nanos> = d.tokens.iter().filter_map(|t| t.emitted_ns).collect();
-    let mut out = Vec::new();
-    if let Some(&first) = times.first()
-        && (first - d.summary.arrival_ns) as f64 / 1e6 > ttft_slo_ms
-    {
-        out.push((d.summary.arrival_ns, first));
-    }
-    out.extend(gaps_over(&times, tpot_slo_ms));
-    out
 }
 
 /// The selected request as the panel and the canvas need it.

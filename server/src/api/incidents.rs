@@ -1,0 +1,162 @@
+//! Incidents: `POST /api/v1/incidents` freezes requests into a link, `GET` reads one or lists
+//! them, `DELETE` revokes; `/markdown` is the text for a ticket; `/incidents/{slug}/preview.png`
+//! and `.svg` are the link preview (the PNG is rendered once and kept).
+
+use axum::{
+    Json,
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode, header},
+    response::IntoResponse,
+};
+use serde::Deserialize;
+
+use app::api::{CreatedIncident, Incident, IncidentList, NewIncident};
+
+use super::{non_empty, parse_int};
+use crate::error::{Error, Result};
+use crate::export::{markdown, preview};
+use crate::store::Store;
+
+pub(super) async fn create(
+    State(store): State<Store>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<CreatedIncident>)> {
+    let new: NewIncident = serde_json::from_slice(&body)
+        .map_err(|e| Error::InvalidArgument(format!("the body is not a new incident: {e}")))?;
+    let slug = store.create_incident(&new, crate::clock::now_ns()).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedIncident {
+            path: format!("/incidents/{slug}"),
+            slug,
+        }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ListParams {
+    q: Option<String>,
+    limit: Option<String>,
+}
+
+pub(super) async fn list(
+    State(store): State<Store>,
+    Query(p): Query<ListParams>,
+) -> Result<Json<IncidentList>> {
+    let limit = parse_int("limit", p.limit.as_deref())?.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(Error::InvalidArgument(
+            "limit must be between 1 and 1000".into(),
+        ));
+    }
+    let q = non_empty(p.q);
+    Ok(Json(IncidentList {
+        incidents: store.list_incidents(q.as_deref(), limit).await?,
+    }))
+}
+
+pub(super) async fn get(
+    State(store): State<Store>,
+    Path(slug): Path<String>,
+) -> Result<Json<Incident>> {
+    Ok(Json(store.get_incident(&slug).await?))
+}
+
+pub(super) async fn revoke(
+    State(store): State<Store>,
+    Path(slug): Path<String>,
+) -> Result<StatusCode> {
+    store.revoke_incident(&slug, crate::clock::now_ns()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The incident page's full address as the client reached this server.
+fn page_url(headers: &HeaderMap, slug: &str) -> String {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_graphic()))
+    };
+    let host = header("x-forwarded-host")
+        .or(header("host"))
+        .unwrap_or("localhost:3000");
+    let scheme = header("x-forwarded-proto")
+        .filter(|p| *p == "https" || *p == "http")
+        .unwrap_or("http");
+    format!("{scheme}://{host}/incidents/{slug}")
+}
+
+pub(super) async fn as_markdown(
+    State(store): State<Store>,
+    Path(slug): Path<String>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse> {
+    let incident = store.get_incident(&slug).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        markdown::incident(&incident, &page_url(&headers, &slug)),
+    ))
+}
+
+/// `preview.png` or `preview.svg`.
+pub(super) async fn preview_image(
+    State(store): State<Store>,
+    Path((slug, file)): Path<(String, String)>,
+) -> Result<impl IntoResponse> {
+    let cache = [(header::CACHE_CONTROL, "public, max-age=3600")];
+    match file.as_str() {
+        "preview.png" => {
+            let png = match store.incident_preview(&slug).await? {
+                Some(png) => png,
+                None => {
+                    let incident = store.get_incident(&slug).await?;
+                    // Drawing is CPU work: off the async threads.
+                    let png = tokio::task::spawn_blocking(move || preview::png(&incident))
+                        .await
+                        .map_err(|e| Error::Internal(format!("preview: {e}")))??;
+                    store.cache_incident_preview(&slug, &png).await?;
+                    png
+                }
+            };
+            Ok(([(header::CONTENT_TYPE, "image/png")], cache, png).into_response())
+        }
+        "preview.svg" => {
+            let incident = store.get_incident(&slug).await?;
+            let svg = preview::svg(&incident)?;
+            Ok(([(header::CONTENT_TYPE, "image/svg+xml")], cache, svg).into_response())
+        }
+        other => Err(Error::NotFound(format!(
+            "no {other:?} for an incident: preview.png or preview.svg"
+        ))),
+    }
+}
+
+/// In front of the incident page: a revoked link answers 410 Gone with a page that says so
+/// (the page itself would render a 200 around the API's error).
+pub async fn gate(
+    State(store): State<Store>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let slug = req
+        .uri()
+        .path()
+        .strip_prefix("/incidents/")
+        .filter(|s| !s.is_empty() && !s.contains('/'))
+        .map(str::to_string);
+    if let Some(slug) = slug
+        && let Ok(Some(true)) = store.incident_revoked(&slug).await
+    {
+        return (
+            StatusCode::GONE,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Incident revoked · tokenscope</title>\
+             <link rel=\"stylesheet\" href=\"/pkg/tokenscope.css\"></head><body><main><section class=\"panel\">\
+             <h1>This incident was revoked</h1><p>Whoever created it withdrew the link; its evidence is no longer kept here.</p>\
+             <p><a href=\"/incidents\">All incidents</a></p></section></main></body></html>",
+        )
+            .into_response();
+    }
+    next.run(req).await
+}

@@ -1,0 +1,321 @@
+//! Incidents: freezing a view (the window's waterfall, the victims' requests and diagnoses) into
+//! one row with an unguessable slug, reading it back, listing, revoking, and caching its preview.
+//!
+//! The snapshot is zstd-compressed JSON of `app::api::IncidentSnapshot`: an incident's few
+//! requests and one viewport of tracks are small next to the raw traces, and the page reads it
+//! whole.
+
+use app::analysis::diagnosis::Thresholds;
+use app::analysis::waterfall::RowOrder;
+use app::api::{Incident, IncidentRequest, IncidentSnapshot, IncidentSummary, NewIncident};
+use app::model::Nanos;
+
+use super::{Rows, Store};
+use crate::error::{Error, Result};
+
+/// The preview's width in pixels: the waterfall is frozen at the size chat tools unfurl.
+pub const SNAPSHOT_WIDTH_PX: u32 = 1200;
+/// Tracks frozen around the victims (the preview draws fewer).
+const SNAPSHOT_ROWS: u32 = 200;
+const SECOND: Nanos = 1_000_000_000;
+
+/// 128 bits from the operating system's random source, as 32 hex digits.
+fn new_slug() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| Error::Internal(format!("the OS random source failed: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn compress(snapshot: &IncidentSnapshot) -> Result<Vec<u8>> {
+    let json =
+        serde_json::to_vec(snapshot).map_err(|e| Error::Internal(format!("snapshot: {e}")))?;
+    zstd::bulk::compress(&json, 9).map_err(|e| Error::Internal(format!("snapshot: {e}")))
+}
+
+fn decompress(bytes: &[u8]) -> Result<IncidentSnapshot> {
+    let json = zstd::stream::decode_all(bytes)
+        .map_err(|e| Error::Internal(format!("incident snapshot: {e}")))?;
+    serde_json::from_slice(&json).map_err(|e| Error::Internal(format!("incident snapshot: {e}")))
+}
+
+fn check(new: &NewIncident) -> Result<()> {
+    let bad = |m: &str| Err(Error::InvalidArgument(m.into()));
+    if new.title.trim().is_empty() {
+        return bad("title is empty: say what happened, in a few words");
+    }
+    if new.title.chars().count() > 200 {
+        return bad("title is longer than 200 characters");
+    }
+    if new.note.chars().count() > 10_000 {
+        return bad("note is longer than 10,000 characters");
+    }
+    if new.instance.trim().is_empty() {
+        return bad("instance is empty");
+    }
+    if new.requests.is_empty() || new.requests.len() > 20 {
+        return bad("requests must name 1 to 20 request ids");
+    }
+    if let (Some(a), Some(b)) = (new.from_ns, new.to_ns)
+        && b <= a
+    {
+        return bad("to_ns must be after from_ns");
+    }
+    Ok(())
+}
+
+struct Row {
+    slug: String,
+    title: String,
+    note: String,
+    created_ns: i64,
+    revoked_ns: Option<i64>,
+    instances: Vec<String>,
+    from_ns: i64,
+    to_ns: i64,
+    victims: Vec<String>,
+    culprits: Vec<String>,
+    headline: String,
+}
+
+impl Row {
+    fn summary(self) -> (IncidentSummary, String) {
+        (
+            IncidentSummary {
+                slug: self.slug,
+                title: self.title,
+                created_ns: self.created_ns,
+                revoked: self.revoked_ns.is_some(),
+                instances: self.instances,
+                from_ns: self.from_ns,
+                to_ns: self.to_ns,
+                victims: self.victims,
+                culprits: self.culprits,
+                headline: self.headline,
+            },
+            self.note,
+        )
+    }
+}
+
+impl Store {
+    /// Freezes the requests' view: their details and diagnoses, and the waterfall of the window
+    /// around them with the first victim's culprits pulled next to it.
+    pub async fn create_incident(&self, new: &NewIncident, now_ns: Nanos) -> Result<String> {
+        check(new)?;
+        let th = Thresholds::default();
+        let mut requests = Vec::new();
+        for id in &new.requests {
+            let detail = self.get_request(id, Some(&new.instance), &th).await?;
+            let diagnosis = self.diagnose_request(id, Some(&new.instance), &th).await?;
+            requests.push(IncidentRequest { detail, diagnosis });
+        }
+        let first = requests.iter().map(|r| r.detail.summary.arrival_ns).min();
+        let last = requests.iter().map(|r| r.detail.finished_ns).max();
+        let (Some(first), Some(last)) = (first, last) else {
+            return Err(Error::InvalidArgument("requests is empty".into()));
+        };
+        let span = last - first;
+        let from = new.from_ns.unwrap_or(first - (span / 2).max(2 * SECOND));
+        let to = new.to_ns.unwrap_or(last + (span / 4).max(SECOND));
+        let mut culprits: Vec<String> = requests
+            .iter()
+            .flat_map(|r| r.diagnosis.findings.iter().flat_map(|f| f.culprits.clone()))
+            .filter(|c| !new.requests.contains(c))
+            .collect();
+        culprits.sort();
+        culprits.dedup();
+        let view = Rows {
+            first_row: 0,
+            rows: SNAPSHOT_ROWS,
+            focus: Some(new.requests[0].clone()),
+            pull: culprits.clone(),
+            order: RowOrder::Arrival,
+        };
+        let instances = vec![new.instance.clone()];
+        let waterfall = self
+            .waterfall(
+                &instances,
+                Some(from),
+                Some(to),
+                SNAPSHOT_WIDTH_PX,
+                false,
+                &view,
+            )
+            .await?;
+        let headline = requests
+            .iter()
+            .flat_map(|r| r.diagnosis.findings.first())
+            .map(|f| f.summary.clone())
+            .next()
+            .unwrap_or_else(|| "No finding: the requests met their SLOs.".into());
+        let snapshot = compress(&IncidentSnapshot {
+            waterfall,
+            requests,
+        })?;
+        let slug = new_slug()?;
+        sqlx::query!(
+            "INSERT INTO incidents (slug, title, note, created_ns, instances, from_ns, to_ns, victims, culprits, headline, snapshot)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            slug,
+            new.title.trim(),
+            new.note,
+            now_ns,
+            &instances,
+            from,
+            to,
+            &new.requests,
+            &culprits,
+            headline,
+            snapshot,
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(slug)
+    }
+
+    /// The incident; `Gone` once revoked (its evidence is deleted then).
+    pub async fn get_incident(&self, slug: &str) -> Result<Incident> {
+        let row = sqlx::query!(
+            "SELECT slug, title, note, created_ns, revoked_ns, instances, from_ns, to_ns, victims, culprits, headline, snapshot
+             FROM incidents WHERE slug = $1",
+            slug
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("no incident {slug:?}")))?;
+        if row.revoked_ns.is_some() {
+            return Err(Error::Gone(format!(
+                "incident {slug:?} was revoked: its link no longer shows anything"
+            )));
+        }
+        let snapshot = decompress(&row.snapshot)?;
+        let (summary, note) = Row {
+            slug: row.slug,
+            title: row.title,
+            note: row.note,
+            created_ns: row.created_ns,
+            revoked_ns: row.revoked_ns,
+            instances: row.instances,
+            from_ns: row.from_ns,
+            to_ns: row.to_ns,
+            victims: row.victims,
+            culprits: row.culprits,
+            headline: row.headline,
+        }
+        .summary();
+        Ok(Incident {
+            summary,
+            note,
+            snapshot,
+        })
+    }
+
+    /// Newest first; `q` matches title, headline, note, instance or request ids (case-insensitive).
+    pub async fn list_incidents(
+        &self,
+        q: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<IncidentSummary>> {
+        let pattern = q.map(|q| {
+            let escaped = q
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            format!("%{escaped}%")
+        });
+        let rows = sqlx::query!(
+            "SELECT slug, title, note, created_ns, revoked_ns, instances, from_ns, to_ns, victims, culprits, headline
+             FROM incidents
+             WHERE $1::text IS NULL OR title ILIKE $1 OR headline ILIKE $1 OR note ILIKE $1
+                OR EXISTS (SELECT 1 FROM unnest(instances || victims) AS x WHERE x ILIKE $1)
+             ORDER BY created_ns DESC LIMIT $2",
+            pattern,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                Row {
+                    slug: r.slug,
+                    title: r.title,
+                    note: r.note,
+                    created_ns: r.created_ns,
+                    revoked_ns: r.revoked_ns,
+                    instances: r.instances,
+                    from_ns: r.from_ns,
+                    to_ns: r.to_ns,
+                    victims: r.victims,
+                    culprits: r.culprits,
+                    headline: r.headline,
+                }
+                .summary()
+                .0
+            })
+            .collect())
+    }
+
+    /// Revokes the link: the row stays (so the slug answers 410, not 404) but its evidence and
+    /// preview are dropped.
+    pub async fn revoke_incident(&self, slug: &str, now_ns: Nanos) -> Result<()> {
+        let done = sqlx::query!(
+            "UPDATE incidents SET revoked_ns = COALESCE(revoked_ns, $2), snapshot = '', preview_png = NULL, note = ''
+             WHERE slug = $1",
+            slug,
+            now_ns
+        )
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(Error::NotFound(format!("no incident {slug:?}")));
+        }
+        Ok(())
+    }
+
+    /// `None` when there is no such incident, else whether it was revoked.
+    pub async fn incident_revoked(&self, slug: &str) -> Result<Option<bool>> {
+        Ok(sqlx::query_scalar!(
+            "SELECT revoked_ns IS NOT NULL AS \"revoked!\" FROM incidents WHERE slug = $1",
+            slug
+        )
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    pub async fn incident_preview(&self, slug: &str) -> Result<Option<Vec<u8>>> {
+        Ok(sqlx::query_scalar!(
+            "SELECT preview_png FROM incidents WHERE slug = $1 AND revoked_ns IS NULL",
+            slug
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .flatten())
+    }
+
+    pub async fn cache_incident_preview(&self, slug: &str, png: &[u8]) -> Result<()> {
+        sqlx::query!(
+            "UPDATE incidents SET preview_png = $2 WHERE slug = $1 AND revoked_ns IS NULL",
+            slug,
+            png
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_128_random_bits() {
+        let a = new_slug().unwrap();
+        let b = new_slug().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

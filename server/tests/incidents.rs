@@ -1,0 +1,214 @@
+//! Incidents over HTTP: an incident frozen from the prefill-interrupts-decode scenario tells the
+//! same story after its raw traces are gone; slugs are random; revoked links answer 410; the
+//! preview decodes to 1200×630 and its SVG parses; a hostile title stays text everywhere.
+
+mod common;
+
+use common::*;
+use sqlx::Connection;
+use tokenscope::sim;
+
+async fn scenario(app: &TestApp) {
+    let s = sim::scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
+    let url = format!("http://{}", app.running.grpc_addr);
+    sim::deliver::send(&url, sim::deliver::batches(&s.runs), f64::INFINITY, false)
+        .await
+        .unwrap();
+}
+
+async fn create(app: &TestApp, title: &str) -> serde_json::Value {
+    let body = serde_json::json!({
+        "title": title, "note": "seen by on-call", "instance": "sim-pid", "requests": ["pid-victim"],
+    });
+    let resp = app.post_json("/api/v1/incidents", body.to_string()).await;
+    assert_eq!(resp.status(), 201);
+    resp.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn an_incident_keeps_its_story_after_the_traces_are_gone() {
+    let app = spawn_app().await;
+    scenario(&app).await;
+    let created = create(&app, "Decode stalls on sim-pid").await;
+    let slug = created["slug"].as_str().unwrap().to_string();
+    assert_eq!(slug.len(), 32);
+    assert_eq!(created["path"], format!("/incidents/{slug}"));
+
+    let check = |i: serde_json::Value| {
+        assert_eq!(i["title"], "Decode stalls on sim-pid");
+        assert!(
+            i["headline"]
+                .as_str()
+                .unwrap()
+                .starts_with("TPOT 75.5 ms > 50 ms SLO"),
+            "{}",
+            i["headline"]
+        );
+        assert_eq!(i["victims"], serde_json::json!(["pid-victim"]));
+        assert_eq!(i["culprits"].as_array().unwrap().len(), 12);
+        let req = &i["snapshot"]["requests"][0];
+        assert_eq!(req["detail"]["request_id"], "pid-victim");
+        assert_eq!(req["detail"]["tokens"].as_array().unwrap().len(), 100);
+        assert_eq!(
+            req["diagnosis"]["findings"][0]["cause"],
+            "prefill_interrupted_decode"
+        );
+        let w = &i["snapshot"]["waterfall"];
+        let focus = w["focus_row"].as_u64().unwrap();
+        let below: Vec<&str> = w["tracks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["row"].as_u64().unwrap() == focus + 1)
+            .map(|t| t["request_id"].as_str().unwrap())
+            .collect();
+        assert!(
+            below[0].starts_with("pid-prefill-"),
+            "culprits pulled next to the victim"
+        );
+    };
+    check(app.get_json(&format!("/api/v1/incidents/{slug}")).await);
+
+    // Retention drops the raw traces: the incident still tells the story.
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    sqlx::query("TRUNCATE requests, iterations, iteration_rollups CASCADE")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(app.get("/api/v1/requests/pid-victim").await.status(), 404);
+    check(app.get_json(&format!("/api/v1/incidents/{slug}")).await);
+
+    let md = app
+        .get(&format!("/api/v1/incidents/{slug}/markdown"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(md.starts_with("### Decode stalls on sim-pid"), "{md}");
+    assert!(
+        md.contains("**prefill\\_interrupted\\_decode** `pid-victim`: TPOT 75.5 ms \\> 50 ms SLO"),
+        "{md}"
+    );
+    assert!(md.contains(&format!("/incidents/{slug}>")), "{md}");
+
+    let list = app.get_json("/api/v1/incidents?q=stalls").await;
+    assert_eq!(list["incidents"][0]["slug"], slug);
+    let none = app.get_json("/api/v1/incidents?q=nothing-like-this").await;
+    assert_eq!(none["incidents"].as_array().unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn previews_are_1200_by_630_and_hostile_titles_stay_text() {
+    let app = spawn_app().await;
+    scenario(&app).await;
+    let title = "<script>alert(1)</script> & \u{1b}[31m";
+    let slug = create(&app, title).await["slug"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let resp = app.get(&format!("/incidents/{slug}/preview.png")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "image/png");
+    let png = resp.bytes().await.unwrap();
+    let decoder = png::Decoder::new(std::io::Cursor::new(png.to_vec()));
+    let reader = decoder.read_info().unwrap();
+    assert_eq!((reader.info().width, reader.info().height), (1200, 630));
+    // Rendered once, then served from the database.
+    let again = app
+        .get(&format!("/incidents/{slug}/preview.png"))
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(again, png);
+
+    let svg = app
+        .get(&format!("/incidents/{slug}/preview.svg"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(svg.starts_with("<svg"), "{}", &svg[..100]);
+    assert!(
+        svg.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp;"),
+        "title escaped"
+    );
+    assert!(!svg.contains("<script"), "no markup from the title");
+    assert!(!svg.contains('\u{1b}'), "no control characters in XML");
+
+    let md = app
+        .get(&format!("/api/v1/incidents/{slug}/markdown"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        md.starts_with("### \\<script\\>alert(1)\\</script\\> \\&"),
+        "{md}"
+    );
+}
+
+#[tokio::test]
+async fn revoked_links_answer_410_and_slugs_are_not_sequential() {
+    let app = spawn_app().await;
+    scenario(&app).await;
+    let a = create(&app, "first").await["slug"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = create(&app, "second").await["slug"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(a, b);
+    let shared_prefix = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    assert!(shared_prefix < 8, "{a} {b}");
+
+    let resp = app
+        .client
+        .delete(format!("{}/api/v1/incidents/{a}", app.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let gone = app.get(&format!("/api/v1/incidents/{a}")).await;
+    assert_eq!(gone.status(), 410);
+    let body: serde_json::Value = gone.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("revoked"));
+    assert_eq!(
+        app.get(&format!("/incidents/{a}/preview.png"))
+            .await
+            .status(),
+        410
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/incidents/{b}")).await.status(),
+        200
+    );
+    assert_eq!(app.get("/api/v1/incidents/0123").await.status(), 404);
+
+    // Bad bodies say what is wrong.
+    for (body, needle) in [
+        (
+            r#"{"title": "", "instance": "sim-pid", "requests": ["pid-victim"]}"#,
+            "title is empty",
+        ),
+        (
+            r#"{"title": "x", "instance": "sim-pid", "requests": []}"#,
+            "requests must name",
+        ),
+        (
+            r#"{"title": "x", "instance": "sim-pid", "requests": ["nope"]}"#,
+            "nope",
+        ),
+        ("not json", "not a new incident"),
+    ] {
+        let resp = app.post_json("/api/v1/incidents", body).await;
+        assert!(resp.status().is_client_error(), "{body}");
+        let e: serde_json::Value = resp.json().await.unwrap();
+        assert!(e["error"].as_str().unwrap().contains(needle), "{body}: {e}");
+    }
+}
