@@ -1,5 +1,6 @@
 //! The side panel: the selected request's diagnosis in sentences, its culprits (click to select
-//! one), a link to its request page, and to its other part when it ran on another instance too.
+//! one), a link to its request page, and to its other part when it ran on another instance too;
+//! "Create incident" freezes it (with the waterfall around it) into a link.
 
 use leptos::prelude::*;
 
@@ -29,6 +30,15 @@ pub fn Panel(wf: Wf, selected: Resource<Result<Option<Selected>, String>>) -> im
 fn findings(wf: Wf, s: Selected) -> impl IntoView {
     let d = s.diagnosis;
     let healthy = d.verdict == Verdict::Healthy;
+    let suggested = match d.findings.first() {
+        Some(f) => format!(
+            "{} on {} ({})",
+            f.cause.name().replace('_', " "),
+            s.instance,
+            d.request_id
+        ),
+        None => format!("{} on {}", d.request_id, s.instance),
+    };
     let href = request_href(&s.instance, &d.request_id);
     // A PD request's other part: the same view with that instance added, its parts joined.
     let joined = (!s.elsewhere.is_empty()).then(|| {
@@ -70,5 +80,7 @@ fn findings(wf: Wf, s: Selected) -> impl IntoView {
         {healthy.then(|| view! { <p class="muted">"Met its SLOs; nothing unusual in its word choice."</p> })}
         <ul class="findings" data-testid="findings">{list}</ul>
         <p class="panel-links"><a href=href>"open the request page"</a>" · "<span class="muted">"F zooms to it"</span></p>
+        <p class="panel-links"><crate::ui::incident::create::CreateIncident instance=s.instance.clone()
+            request_id=d.request_id.clone() suggested=suggested/></p>
     }
 }
