@@ -13,10 +13,12 @@ test("a request page becomes an incident link that tells the story to a colleagu
   await page.getByTestId("incident-open").click();
   const title = `Decode stalls on sim-pid ${Date.now()}`;
   await page.getByTestId("incident-title-input").fill(title);
+  await page.getByTestId("incident-note-input").fill("Paged at 14:02 <b>not bold</b>");
   await page.getByTestId("incident-create").click();
   await expect(page).toHaveURL(/\/incidents\/[0-9a-f]{32}$/);
   const url = page.url();
   await expect(page.getByTestId("incident-title")).toHaveText(title);
+  await expect(page.getByTestId("incident-note")).toHaveText("Paged at 14:02 <b>not bold</b>");
 
   // A colleague opens the link: nothing shared but the URL.
   const other = await browser.newContext({ viewport: { width: 1280, height: 800 } });

@@ -29,6 +29,9 @@ async fn create(app: &TestApp, title: &str) -> serde_json::Value {
 async fn an_incident_keeps_its_story_after_the_traces_are_gone() {
     let app = spawn_app().await;
     scenario(&app).await;
+    let live = app
+        .get_json("/api/v1/requests/pid-victim?instance=sim-pid")
+        .await;
     let created = create(&app, "Decode stalls on sim-pid").await;
     let slug = created["slug"].as_str().unwrap().to_string();
     assert_eq!(slug.len(), 32);
@@ -67,7 +70,12 @@ async fn an_incident_keeps_its_story_after_the_traces_are_gone() {
             "culprits pulled next to the victim"
         );
     };
-    check(app.get_json(&format!("/api/v1/incidents/{slug}")).await);
+    let frozen = app.get_json(&format!("/api/v1/incidents/{slug}")).await;
+    assert_eq!(
+        frozen["snapshot"]["requests"][0]["detail"], live,
+        "the frozen request page is the live one, token for token"
+    );
+    check(frozen);
 
     // Retention drops the raw traces: the incident still tells the story.
     let mut db = sqlx::PgConnection::connect(&app.database_url)
@@ -210,5 +218,59 @@ async fn revoked_links_answer_410_and_slugs_are_not_sequential() {
         assert!(resp.status().is_client_error(), "{body}");
         let e: serde_json::Value = resp.json().await.unwrap();
         assert!(e["error"].as_str().unwrap().contains(needle), "{body}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn each_seed_case_freezes_into_an_incident_that_names_its_cause() {
+    let app = spawn_app().await;
+    let url = format!("http://{}", app.running.grpc_addr);
+    for name in ["long-prompt-monopolizes", "low-probability-eos"] {
+        let s = sim::scenarios::build(name, T0, 1).unwrap();
+        sim::deliver::send(&url, sim::deliver::batches(&s.runs), f64::INFINITY, false)
+            .await
+            .unwrap();
+    }
+    for (instance, victim, needle, culprit) in [
+        (
+            "sim-lpm",
+            "lpm-short",
+            "lpm-long's 96,000-token prefill",
+            Some("lpm-long"),
+        ),
+        (
+            "sim-eos",
+            "eos-victim",
+            "end-of-sequence token sampled at p = 0.100",
+            None,
+        ),
+    ] {
+        let body =
+            serde_json::json!({ "title": victim, "instance": instance, "requests": [victim] });
+        let resp = app.post_json("/api/v1/incidents", body.to_string()).await;
+        assert_eq!(resp.status(), 201);
+        let slug = resp.json::<serde_json::Value>().await.unwrap()["slug"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let i = app.get_json(&format!("/api/v1/incidents/{slug}")).await;
+        assert!(
+            i["headline"].as_str().unwrap().contains(needle),
+            "{}",
+            i["headline"]
+        );
+        let culprits: Vec<&str> = i["culprits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            culprits,
+            culprit.into_iter().collect::<Vec<_>>(),
+            "{victim}"
+        );
+        let png = app.get(&format!("/incidents/{slug}/preview.png")).await;
+        assert_eq!(png.status(), 200, "{victim}");
     }
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::model::{Nanos, RequestTrace, SpecialToken, Token, ms};
 
 /// The load of one engine step, as the token view needs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StepLoad {
     pub iteration_id: u64,
     pub start_ns: Nanos,

@@ -1,16 +1,22 @@
 //! Incidents: freezing a view (the window's waterfall, the victims' requests and diagnoses) into
 //! one row with an unguessable slug, reading it back, listing, revoking, and caching its preview.
 //!
-//! The snapshot is zstd-compressed JSON of `app::api::IncidentSnapshot`: an incident's few
-//! requests and one viewport of tracks are small next to the raw traces, and the page reads it
-//! whole.
+//! The snapshot keeps each victim as the model has it — its tokens in the same token-block
+//! encoding as the `requests` table (texts inline), the load of its instance's steps, its
+//! diagnosis — and the window's waterfall; the page is rebuilt from these by the same code that
+//! builds a live request's page (`read::detail`). Stored as one zstd frame: a JSON header, then
+//! the token blocks.
 
-use app::analysis::diagnosis::Thresholds;
-use app::analysis::waterfall::RowOrder;
+use serde::{Deserialize, Serialize};
+
+use app::analysis::diagnosis::{Diagnosis, Thresholds};
+use app::analysis::token_view::StepLoad;
+use app::analysis::waterfall::{RowOrder, Waterfall};
 use app::api::{Incident, IncidentRequest, IncidentSnapshot, IncidentSummary, NewIncident};
-use app::model::Nanos;
+use app::model::{EngineKind, Nanos, RequestTrace, Role};
 
-use super::{Rows, Store};
+use super::read::{Loaded, detail};
+use super::{Rows, Store, token_block};
 use crate::error::{Error, Result};
 
 /// The preview's width in pixels: the waterfall is frozen at the size chat tools unfurl.
@@ -27,16 +33,89 @@ fn new_slug() -> Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-fn compress(snapshot: &IncidentSnapshot) -> Result<Vec<u8>> {
-    let json =
-        serde_json::to_vec(snapshot).map_err(|e| Error::Internal(format!("snapshot: {e}")))?;
-    zstd::bulk::compress(&json, 9).map_err(|e| Error::Internal(format!("snapshot: {e}")))
+/// A victim as frozen: the request without its tokens (they follow as a token block), where it
+/// ran, the load of the steps over its lifetime, and its diagnosis.
+#[derive(Serialize, Deserialize)]
+struct FrozenRequest {
+    trace: RequestTrace,
+    instance: String,
+    engine: EngineKind,
+    role: Role,
+    model: String,
+    steps: Vec<StepLoad>,
+    diagnosis: Diagnosis,
 }
 
-fn decompress(bytes: &[u8]) -> Result<IncidentSnapshot> {
-    let json = zstd::stream::decode_all(bytes)
-        .map_err(|e| Error::Internal(format!("incident snapshot: {e}")))?;
-    serde_json::from_slice(&json).map_err(|e| Error::Internal(format!("incident snapshot: {e}")))
+#[derive(Serialize, Deserialize)]
+struct Frozen {
+    waterfall: Waterfall,
+    requests: Vec<FrozenRequest>,
+}
+
+fn bad(what: &str) -> Error {
+    Error::Internal(format!("incident snapshot: {what}"))
+}
+
+/// `u32 length · JSON header · (u32 length · token block)*`, zstd-compressed.
+fn compress(frozen: &Frozen, blocks: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let json = serde_json::to_vec(frozen).map_err(|e| bad(&e.to_string()))?;
+    let mut raw = Vec::with_capacity(json.len() + blocks.iter().map(Vec::len).sum::<usize>() + 64);
+    for part in std::iter::once(&json).chain(blocks) {
+        raw.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        raw.extend_from_slice(part);
+    }
+    zstd::bulk::compress(&raw, 9).map_err(|e| bad(&e.to_string()))
+}
+
+fn decompress(bytes: &[u8]) -> Result<(Frozen, Vec<Vec<u8>>)> {
+    let raw = zstd::stream::decode_all(bytes).map_err(|e| bad(&e.to_string()))?;
+    let mut parts = Vec::new();
+    let mut rest = raw.as_slice();
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_at_checked(4).ok_or_else(|| bad("truncated"))?;
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let (part, tail) = tail.split_at_checked(len).ok_or_else(|| bad("truncated"))?;
+        parts.push(part.to_vec());
+        rest = tail;
+    }
+    let mut parts = parts.into_iter();
+    let json = parts.next().ok_or_else(|| bad("empty"))?;
+    let frozen: Frozen = serde_json::from_slice(&json).map_err(|e| bad(&e.to_string()))?;
+    Ok((frozen, parts.collect()))
+}
+
+/// The snapshot as the API gives it: each victim's page rebuilt from what was frozen.
+fn thaw(bytes: &[u8]) -> Result<IncidentSnapshot> {
+    let (frozen, blocks) = decompress(bytes)?;
+    if blocks.len() != frozen.requests.len() {
+        return Err(bad("token blocks do not match the requests"));
+    }
+    let th = Thresholds::default();
+    let requests = frozen
+        .requests
+        .into_iter()
+        .zip(blocks)
+        .map(|(f, block)| {
+            let mut trace = f.trace;
+            trace.tokens = token_block::decode(&block, trace.arrival_ns)?.0;
+            let loaded = Loaded {
+                trace,
+                instance_id: 0,
+                instance: f.instance,
+                engine: f.engine,
+                role: f.role,
+                model: f.model,
+            };
+            Ok(IncidentRequest {
+                detail: detail(loaded, &f.steps, &th),
+                diagnosis: f.diagnosis,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(IncidentSnapshot {
+        waterfall: frozen.waterfall,
+        requests,
+    })
 }
 
 fn check(new: &NewIncident) -> Result<()> {
@@ -105,13 +184,34 @@ impl Store {
         check(new)?;
         let th = Thresholds::default();
         let mut requests = Vec::new();
+        let mut blocks = Vec::new();
         for id in &new.requests {
-            let detail = self.get_request(id, Some(&new.instance), &th).await?;
+            let (loaded, steps) = self.load_with_steps(id, Some(&new.instance)).await?;
             let diagnosis = self.diagnose_request(id, Some(&new.instance), &th).await?;
-            requests.push(IncidentRequest { detail, diagnosis });
+            let Loaded {
+                mut trace,
+                instance,
+                engine,
+                role,
+                model,
+                ..
+            } = loaded;
+            blocks.push(token_block::encode(&trace.tokens, trace.arrival_ns, |_| {
+                None
+            }));
+            trace.tokens = Vec::new();
+            requests.push(FrozenRequest {
+                trace,
+                instance,
+                engine,
+                role,
+                model,
+                steps,
+                diagnosis,
+            });
         }
-        let first = requests.iter().map(|r| r.detail.summary.arrival_ns).min();
-        let last = requests.iter().map(|r| r.detail.finished_ns).max();
+        let first = requests.iter().map(|r| r.trace.arrival_ns).min();
+        let last = requests.iter().map(|r| r.trace.finished_ns).max();
         let (Some(first), Some(last)) = (first, last) else {
             return Err(Error::InvalidArgument("requests is empty".into()));
         };
@@ -149,10 +249,13 @@ impl Store {
             .map(|f| f.summary.clone())
             .next()
             .unwrap_or_else(|| "No finding: the requests met their SLOs.".into());
-        let snapshot = compress(&IncidentSnapshot {
-            waterfall,
-            requests,
-        })?;
+        let snapshot = compress(
+            &Frozen {
+                waterfall,
+                requests,
+            },
+            &blocks,
+        )?;
         let slug = new_slug()?;
         sqlx::query!(
             "INSERT INTO incidents (slug, title, note, created_ns, instances, from_ns, to_ns, victims, culprits, headline, snapshot)
@@ -189,7 +292,7 @@ impl Store {
                 "incident {slug:?} was revoked: its link no longer shows anything"
             )));
         }
-        let snapshot = decompress(&row.snapshot)?;
+        let snapshot = thaw(&row.snapshot)?;
         let (summary, note) = Row {
             slug: row.slug,
             title: row.title,

@@ -332,41 +332,19 @@ impl Store {
         instance: Option<&str>,
         th: &app::analysis::diagnosis::Thresholds,
     ) -> Result<RequestDetail> {
-        let Loaded {
-            trace,
-            instance_id,
-            instance,
-            engine,
-            role,
-            model,
-        } = self.load_request(request_id, instance).await?;
-        let loads = self.step_loads(instance_id, &trace).await?;
-        let m = app::analysis::metrics::request_metrics(&trace);
-        Ok(RequestDetail {
-            summary: RequestSummary {
-                request_id: trace.request_id.clone(),
-                engine,
-                instance,
-                model,
-                arrival_ns: trace.arrival_ns,
-                ttft_ms: m.ttft_ns.map(ms),
-                tpot_ms: m.tpot_ns.map(ms),
-                e2e_ms: ms(m.e2e_ns),
-                queue_ms: m.queue_ns.map(ms),
-                prompt_tokens: trace.prompt_tokens,
-                output_tokens: trace.output_tokens,
-                finish_reason: trace.finish_reason,
-            },
-            role,
-            trace_id: trace.trace_id.clone(),
-            parent_span_id: trace.parent_span_id.clone(),
-            finished_ns: trace.finished_ns,
-            cached_tokens: trace.cached_tokens,
-            sampling: trace.sampling.clone(),
-            preemptions: trace.preemptions.len() as u32,
-            stages: stages(&trace),
-            tokens: token_views(&trace, &loads, th),
-        })
+        let (loaded, loads) = self.load_with_steps(request_id, instance).await?;
+        Ok(detail(loaded, &loads, th))
+    }
+
+    /// A request and the load of the instance's steps over its lifetime: what its page is made of.
+    pub async fn load_with_steps(
+        &self,
+        request_id: &str,
+        instance: Option<&str>,
+    ) -> Result<(Loaded, Vec<StepLoad>)> {
+        let loaded = self.load_request(request_id, instance).await?;
+        let loads = self.step_loads(loaded.instance_id, &loaded.trace).await?;
+        Ok((loaded, loads))
     }
 
     /// The instance's steps over the request's lifetime: the load of those that produced its
@@ -469,5 +447,48 @@ impl Store {
                 last_seen_ns: r.last_seen_ns,
             })
             .collect())
+    }
+}
+
+/// A request's page from the request and its steps' load: metrics, stages, token views. Pure, so
+/// an incident rebuilds the same page from what it froze.
+pub fn detail(
+    loaded: Loaded,
+    loads: &[StepLoad],
+    th: &app::analysis::diagnosis::Thresholds,
+) -> RequestDetail {
+    let Loaded {
+        trace,
+        instance,
+        engine,
+        role,
+        model,
+        ..
+    } = loaded;
+    let m = app::analysis::metrics::request_metrics(&trace);
+    RequestDetail {
+        summary: RequestSummary {
+            request_id: trace.request_id.clone(),
+            engine,
+            instance,
+            model,
+            arrival_ns: trace.arrival_ns,
+            ttft_ms: m.ttft_ns.map(ms),
+            tpot_ms: m.tpot_ns.map(ms),
+            e2e_ms: ms(m.e2e_ns),
+            queue_ms: m.queue_ns.map(ms),
+            prompt_tokens: trace.prompt_tokens,
+            output_tokens: trace.output_tokens,
+            finish_reason: trace.finish_reason,
+        },
+        role,
+        trace_id: trace.trace_id.clone(),
+        parent_span_id: trace.parent_span_id.clone(),
+        finished_ns: trace.finished_ns,
+        cached_tokens: trace.cached_tokens,
+        sampling: trace.sampling.clone(),
+        preemptions: trace.preemptions.len() as u32,
+        stages: stages(&trace),
+        tokens: token_views(&trace, loads, th),
     }
 }

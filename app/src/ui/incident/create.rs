@@ -28,13 +28,14 @@ fn status(state: RwSignal<State>) -> impl IntoView {
 pub fn CreateIncident(instance: String, request_id: String, suggested: String) -> impl IntoView {
     let open = RwSignal::new(false);
     let title = RwSignal::new(suggested);
+    let note = RwSignal::new(String::new());
     let state = RwSignal::new(State::Idle);
     #[cfg(feature = "hydrate")]
     let navigate = leptos_router::hooks::use_navigate();
     let submit = move || {
         let new = NewIncident {
             title: title.get_untracked(),
-            note: String::new(),
+            note: note.get_untracked(),
             instance: instance.clone(),
             requests: vec![request_id.clone()],
             from_ns: None,
@@ -67,6 +68,8 @@ pub fn CreateIncident(instance: String, request_id: String, suggested: String) -
                 view! {
                     <input type="text" data-testid="incident-title-input" maxlength="200" prop:value=move || title.get()
                         on:input=move |ev| title.set(event_target_value(&ev))/>
+                    <input type="text" data-testid="incident-note-input" placeholder="note (optional): who saw it, the ticket" maxlength="10000"
+                        prop:value=move || note.get() on:input=move |ev| note.set(event_target_value(&ev))/>
                     <button class="primary" data-testid="incident-create" disabled=move || state.get() == State::Busy
                         on:click=move |_| submit()>"Freeze into a link"</button>
                     <button class="link" on:click=move |_| open.set(false)>"cancel"</button>

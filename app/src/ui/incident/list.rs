@@ -18,7 +18,7 @@ pub fn IncidentList() -> impl IntoView {
     });
     let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
     let navigate = use_navigate();
-    let search = RwSignal::new(q());
+    let search = RwSignal::new(query.with_untracked(|p| p.get("q").unwrap_or_default()));
     let go = move || {
         navigate(
             &format!("/incidents{}", build(&[("q", search.get_untracked())])),

@@ -62,11 +62,12 @@ pub fn frame(ctx: &CanvasRenderingContext2d, f: &Frame) {
         ctx.fill_rect(x, slo_y, 4.0, 1.0);
         x += 7.0;
     }
-    ctx.set_text_align("left");
+    // At the right end: the first token's bar, usually the tallest, is at the left.
+    ctx.set_text_align("right");
     ctx.set_text_baseline("bottom");
     let _ = ctx.fill_text(
         &format!("TPOT SLO {}", duration_ms(f.slo_ms)),
-        LEFT + 4.0,
+        f.width - 4.0,
         slo_y - 2.0,
     );
     load(ctx, f);
