@@ -131,12 +131,17 @@ impl<'a> Attrs<'a> {
         }
     }
 
-    /// An array attribute as a list of values; an array of arrays may also arrive as a JSON string.
-    fn array(&self, key: &str) -> Result<Option<Vec<Value>>, FieldError> {
+    /// An array attribute as a list of values (borrowed when it arrived as an OTLP array; an
+    /// array may also arrive as a JSON string).
+    fn array(&self, key: &str) -> Result<Option<Vec<std::borrow::Cow<'_, Value>>>, FieldError> {
+        use std::borrow::Cow;
         match self.raw(key) {
             None => Ok(None),
             Some(Value::ArrayValue(a)) => Ok(Some(
-                a.values.iter().filter_map(|v| v.value.clone()).collect(),
+                a.values
+                    .iter()
+                    .filter_map(|v| v.value.as_ref().map(Cow::Borrowed))
+                    .collect(),
             )),
             Some(Value::StringValue(s)) => {
                 let json: serde_json::Value = serde_json::from_str(s).map_err(|e| {
@@ -146,9 +151,9 @@ impl<'a> Attrs<'a> {
                     )
                 })?;
                 match json {
-                    serde_json::Value::Array(items) => {
-                        Ok(Some(items.iter().map(json_to_value).collect()))
-                    }
+                    serde_json::Value::Array(items) => Ok(Some(
+                        items.iter().map(|j| Cow::Owned(json_to_value(j))).collect(),
+                    )),
                     _ => Err(FieldError::new(
                         format!("attributes[{key:?}]"),
                         "is a JSON string but not an array",
@@ -196,19 +201,31 @@ impl<'a> Attrs<'a> {
             .map(Some)
     }
 
-    /// An array of arrays (per position, per candidate).
-    pub fn nested<T>(
+    /// An array of arrays (per position, per candidate). Engines often send these as a JSON
+    /// string: that is parsed straight into `T` (no intermediate values; the ingest profile
+    /// showed the generic route as its largest cost).
+    pub fn nested<T: serde::de::DeserializeOwned>(
         &self,
         key: &str,
         what: &str,
         conv: impl Fn(&Value) -> Option<T>,
     ) -> Attr<Vec<Vec<T>>> {
+        if let Some(Value::StringValue(s)) = self.raw(key) {
+            return serde_json::from_str::<Vec<Vec<T>>>(s)
+                .map(Some)
+                .map_err(|e| {
+                    FieldError::new(
+                        format!("attributes[{key:?}]"),
+                        format!("is a string but not a JSON array of arrays of {what}: {e}"),
+                    )
+                });
+        }
         let Some(rows) = self.array(key)? else {
             return Ok(None);
         };
         rows.iter()
             .enumerate()
-            .map(|(i, row)| match row {
+            .map(|(i, row)| match row.as_ref() {
                 Value::ArrayValue(a) => a
                     .values
                     .iter()
@@ -267,5 +284,66 @@ fn json_to_value(j: &serde_json::Value) -> Value {
             })
         }
         serde_json::Value::Null | serde_json::Value::Object(_) => Value::StringValue(j.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue};
+
+    fn kv(key: &str, value: Value) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(value) }),
+            ..KeyValue::default()
+        }
+    }
+
+    fn row(values: &[i64]) -> Value {
+        Value::ArrayValue(ArrayValue {
+            values: values
+                .iter()
+                .map(|&v| AnyValue {
+                    value: Some(Value::IntValue(v)),
+                })
+                .collect(),
+        })
+    }
+
+    #[test]
+    fn nested_arrays_read_the_same_from_otlp_arrays_and_json_strings() {
+        let attrs = vec![
+            kv(
+                "otlp",
+                Value::ArrayValue(ArrayValue {
+                    values: vec![
+                        AnyValue {
+                            value: Some(row(&[1, 2])),
+                        },
+                        AnyValue {
+                            value: Some(row(&[3])),
+                        },
+                    ],
+                }),
+            ),
+            kv("json", Value::StringValue("[[1, 2], [3]]".into())),
+            kv("bad", Value::StringValue("[[1, \"x\"]]".into())),
+        ];
+        let a = Attrs::new(&attrs);
+        let want = Some(vec![vec![1i64, 2], vec![3]]);
+        assert_eq!(a.nested("otlp", "integers", integer).unwrap(), want);
+        assert_eq!(a.nested("json", "integers", integer).unwrap(), want);
+        let e = a.nested::<i64>("bad", "integers", integer).unwrap_err();
+        assert_eq!(e.field, "attributes[\"bad\"]");
+        assert!(
+            e.message.contains("JSON array of arrays of integers"),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            a.nested::<i64>("missing", "integers", integer).unwrap(),
+            None
+        );
     }
 }
