@@ -200,11 +200,7 @@ pub fn encode<'v>(
     ] {
         numeric.planes(column);
     }
-    let compress = |w: Writer| {
-        zstd::bulk::compress(&w.buf, ZSTD_LEVEL)
-            .expect("zstd compression of an in-memory buffer cannot fail")
-    };
-    let (control, numeric) = (compress(control), compress(numeric));
+    let (control, numeric) = (compress(&control.buf), compress(&numeric.buf));
     let mut out = Writer::default();
     out.u8(VERSION);
     out.varint(tokens.len() as u64);
@@ -212,6 +208,27 @@ pub fn encode<'v>(
     out.buf.extend_from_slice(&control);
     out.buf.extend_from_slice(&numeric);
     out.buf
+}
+
+thread_local! {
+    /// One compression context per thread, reused: creating one per frame was 3–4 % of OTLP
+    /// ingest in the profile (docs/BENCHMARKS.md). The output is the same bytes.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn compress(buf: &[u8]) -> Vec<u8> {
+    let reused = COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
+        }
+        c.as_mut().and_then(|c| c.compress(buf).ok())
+    });
+    reused.unwrap_or_else(|| {
+        zstd::bulk::compress(buf, ZSTD_LEVEL)
+            .expect("zstd compression of an in-memory buffer cannot fail")
+    })
 }
 
 /// Token ids shifted by one so that 0 stands for "unknown".
@@ -500,6 +517,16 @@ mod tests {
             assert!((dequantize(quantize(lp)) - lp).abs() <= 0.5 / LOGPROB_SCALE + lp.abs() * 1e-6);
         }
         assert_eq!(dequantize(quantize(f32::NEG_INFINITY)), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn a_reused_compression_context_writes_the_same_bytes() {
+        let data: Vec<u8> = (0..10_000u32)
+            .flat_map(|v| (v % 251).to_le_bytes())
+            .collect();
+        let fresh = zstd::bulk::compress(&data, ZSTD_LEVEL).unwrap();
+        assert_eq!(compress(&data), fresh);
+        assert_eq!(compress(&data), fresh, "and again, from the same context");
     }
 
     #[test]
