@@ -1,4 +1,5 @@
-//! Links between the pages: a request's own page, and its moment in the waterfall.
+//! Links between the pages: a request's own page, and its moment in the waterfall; the origin a
+//! viewer reached the server at (for absolute links in previews and tickets).
 
 use crate::model::Nanos;
 use crate::ui::query::{build, encode};
@@ -26,4 +27,48 @@ pub fn request_href(instance: &str, request_id: &str) -> String {
         encode(request_id),
         build(&[("instance", instance.into())])
     )
+}
+
+/// `scheme://host` as the client reached this server, from its request headers
+/// (`X-Forwarded-Host`/`-Proto` behind a proxy, else `Host`); `None` without a usable host.
+/// Header values that are empty or not plain visible ASCII are ignored.
+pub fn origin(header: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let header =
+        |n: &str| header(n).filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_graphic()));
+    let host = header("x-forwarded-host").or_else(|| header("host"))?;
+    let scheme = header("x-forwarded-proto")
+        .filter(|s| s == "https" || s == "http")
+        .unwrap_or_else(|| "http".into());
+    Some(format!("{scheme}://{host}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_origin_prefers_the_proxy_headers_and_ignores_odd_values() {
+        let h = |pairs: &'static [(&'static str, &'static str)]| {
+            move |n: &str| pairs.iter().find(|p| p.0 == n).map(|p| p.1.to_string())
+        };
+        assert_eq!(
+            origin(h(&[("host", "a:3000")])).as_deref(),
+            Some("http://a:3000")
+        );
+        assert_eq!(
+            origin(h(&[
+                ("host", "a"),
+                ("x-forwarded-host", "b.example"),
+                ("x-forwarded-proto", "https")
+            ]))
+            .as_deref(),
+            Some("https://b.example")
+        );
+        assert_eq!(
+            origin(h(&[("host", "a"), ("x-forwarded-proto", "gopher")])).as_deref(),
+            Some("http://a")
+        );
+        assert_eq!(origin(h(&[("host", "a b")])), None);
+        assert_eq!(origin(h(&[])), None);
+    }
 }

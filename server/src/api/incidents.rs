@@ -72,19 +72,14 @@ pub(super) async fn revoke(
 
 /// The incident page's full address as the client reached this server.
 fn page_url(headers: &HeaderMap, slug: &str) -> String {
-    let header = |name: &str| {
+    let origin = app::ui::links::origin(|n| {
         headers
-            .get(name)
+            .get(n)
             .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_graphic()))
-    };
-    let host = header("x-forwarded-host")
-        .or(header("host"))
-        .unwrap_or("localhost:3000");
-    let scheme = header("x-forwarded-proto")
-        .filter(|p| *p == "https" || *p == "http")
-        .unwrap_or("http");
-    format!("{scheme}://{host}/incidents/{slug}")
+            .map(str::to_string)
+    })
+    .unwrap_or_else(|| "http://localhost:3000".into());
+    format!("{origin}/incidents/{slug}")
 }
 
 pub(super) async fn as_markdown(

@@ -26,18 +26,12 @@ fn base_url() -> String {
     {
         use_context::<http::request::Parts>()
             .and_then(|p| {
-                let header = |n: &str| {
+                crate::ui::links::origin(|n| {
                     p.headers
                         .get(n)
                         .and_then(|v| v.to_str().ok())
-                        .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_graphic()))
                         .map(str::to_string)
-                };
-                let host = header("x-forwarded-host").or_else(|| header("host"))?;
-                let scheme = header("x-forwarded-proto")
-                    .filter(|s| s == "https" || s == "http")
-                    .unwrap_or_else(|| "http".into());
-                Some(format!("{scheme}://{host}"))
+                })
             })
             .unwrap_or_default()
     }
