@@ -7,6 +7,7 @@ pub mod chart;
 mod compare;
 pub mod explorer;
 pub mod fetch;
+pub mod finding;
 pub mod format;
 pub mod incident;
 pub mod links;

@@ -3,7 +3,20 @@
 
 use leptos::prelude::*;
 
+use crate::analysis::diagnosis::Diagnosis;
 use crate::api::NewIncident;
+
+/// An incident's default title: what broke, where, to whom.
+pub fn suggested_title(d: &Diagnosis, instance: &str) -> String {
+    match d.findings.first() {
+        Some(f) => format!(
+            "{} on {instance} ({})",
+            f.cause.name().replace('_', " "),
+            d.request_id
+        ),
+        None => format!("{} on {instance}", d.request_id),
+    }
+}
 
 /// What an action is doing, for its label.
 #[derive(Clone, Debug, PartialEq)]

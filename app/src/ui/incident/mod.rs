@@ -15,7 +15,6 @@ pub use list::IncidentList;
 
 use crate::api::Incident;
 use crate::ui::fetch::get_json;
-use crate::ui::links::request_href;
 use crate::ui::query::encode;
 use crate::ui::request::state::RequestQuery;
 use crate::ui::time::{Zone, date_time, span};
@@ -98,29 +97,18 @@ fn page(i: Incident, base: String) -> impl IntoView {
     let s = i.summary.clone();
     let slug = s.slug.clone();
     let instance = s.instances.first().cloned().unwrap_or_default();
-    let story = i
-        .snapshot
-        .requests
-        .iter()
-        .flat_map(|r| {
-            let id = r.detail.summary.request_id.clone();
-            let instance = instance.clone();
-            r.diagnosis.findings.iter().map(move |f| {
-                let culprits = f
-                    .culprits
-                    .iter()
-                    .map(|c| view! { <a class="culprit" href=request_href(&instance, c)>"◆ "{c.clone()}</a> })
-                    .collect_view();
-                view! {
-                    <li class="finding" data-cause=f.cause.name()>
-                        <span class="cause">{f.cause.name().replace('_', " ")}" · "{id.clone()}</span>
-                        <p>{f.summary.clone()}</p>
-                        <div class="culprits">{culprits}</div>
-                    </li>
-                }
+    let story =
+        i.snapshot
+            .requests
+            .iter()
+            .flat_map(|r| {
+                let id = r.detail.summary.request_id.clone();
+                let instance = instance.clone();
+                r.diagnosis.findings.iter().map(move |f| {
+                    crate::ui::finding::item(f.clone(), &instance, format!(" · {id}"))
+                })
             })
-        })
-        .collect_view();
+            .collect_view();
     let victims = i
         .snapshot
         .requests

@@ -8,7 +8,7 @@ use crate::analysis::diagnosis::{Diagnosis, Verdict};
 use crate::api::RequestDetail;
 use crate::model::SamplingParams;
 use crate::ui::format::{duration_ms, thousands};
-use crate::ui::links::{request_href, waterfall_href};
+use crate::ui::links::waterfall_href;
 use crate::ui::query::{build, encode};
 use crate::ui::time::{Zone, date_time};
 
@@ -74,32 +74,17 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
     rq.d.with_value(|d| {
         let s = d.summary.clone();
         let degraded = dx.verdict == Verdict::Degraded;
-        // An incident's default title: what broke, and where.
-        let dx_title = match dx.findings.first() {
-            Some(f) => format!("{} on {} ({})", f.cause.name().replace('_', " "), s.instance, s.request_id),
-            None => format!("{} on {}", s.request_id, s.instance),
-        };
         // Word-choice-only sources (OpenAI responses) say nothing about time.
         let timed = s.e2e_ms > 0.0 || s.ttft_ms.is_some();
-        let instance = s.instance.clone();
         let findings = dx
             .findings
-            .into_iter()
+            .iter()
             .map(|f| {
-                let culprits = f
-                    .culprits
-                    .iter()
-                    .map(|c| view! { <a class="culprit" href=request_href(&instance, c)>"◆ "{c.clone()}</a> })
-                    .collect_view();
-                view! {
-                    <li class="finding" data-cause=f.cause.name()>
-                        <span class="cause">{f.cause.name().replace('_', " ")}{f.inferred.then_some(" (inferred from spans)")}</span>
-                        <p>{f.summary}</p>
-                        <div class="culprits">{culprits}</div>
-                    </li>
-                }
+                let label = if f.inferred { " (inferred from spans)" } else { "" };
+                crate::ui::finding::item(f.clone(), &s.instance, label.into())
             })
             .collect_view();
+        let suggested = crate::ui::incident::create::suggested_title(&dx, &s.instance);
         let arrival = s.arrival_ns;
         let id = s.request_id.clone();
         let copy = move |_| {
@@ -136,11 +121,10 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
                     {(!degraded).then(|| view! { <li class="muted">"Nothing to explain: within the SLOs, and the answer ended as expected."</li> })}
                 </ul>
                 {if rq.live {
-                    let suggested = dx_title.clone();
                     view! {
                         {links(d)}
                         <div class="rq-links"><crate::ui::incident::create::CreateIncident instance=s.instance.clone()
-                            request_id=s.request_id.clone() suggested=suggested/></div>
+                            request_id=s.request_id.clone() suggested=suggested.clone()/></div>
                     }.into_any()
                 } else {
                     view! { <p class="muted">"Frozen in this incident: the numbers, stages, tokens and diagnosis as they were."</p> }.into_any()

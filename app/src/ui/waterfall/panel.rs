@@ -30,15 +30,7 @@ pub fn Panel(wf: Wf, selected: Resource<Result<Option<Selected>, String>>) -> im
 fn findings(wf: Wf, s: Selected) -> impl IntoView {
     let d = s.diagnosis;
     let healthy = d.verdict == Verdict::Healthy;
-    let suggested = match d.findings.first() {
-        Some(f) => format!(
-            "{} on {} ({})",
-            f.cause.name().replace('_', " "),
-            s.instance,
-            d.request_id
-        ),
-        None => format!("{} on {}", d.request_id, s.instance),
-    };
+    let suggested = crate::ui::incident::create::suggested_title(&d, &s.instance);
     let href = request_href(&s.instance, &d.request_id);
     // A PD request's other part: the same view with that instance added, its parts joined.
     let joined = (!s.elsewhere.is_empty()).then(|| {
