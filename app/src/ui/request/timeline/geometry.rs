@@ -47,6 +47,15 @@ pub struct Slo {
     pub tpot_ms: f64,
 }
 
+impl Slo {
+    pub fn of(th: &crate::analysis::diagnosis::Thresholds) -> Self {
+        Self {
+            ttft_ms: th.ttft_ms,
+            tpot_ms: th.tpot_ms,
+        }
+    }
+}
+
 pub fn columns(tokens: &[TokenView], width: f64, slo: Slo) -> Vec<Column> {
     let n = tokens.len();
     let cols = n.min(width.max(1.0) as usize);

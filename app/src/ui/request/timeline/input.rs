@@ -44,10 +44,7 @@ pub fn start(rq: Rq) {
         let slo = rq.th.with_value(|t| t.tpot_ms);
         let plot_w = f64::from(w) - LEFT;
         if cols.with_value(|c| c.0) != w {
-            let slos = rq.th.with_value(|t| Slo {
-                ttft_ms: t.ttft_ms,
-                tpot_ms: t.tpot_ms,
-            });
+            let slos = rq.th.with_value(Slo::of);
             let c = rq.d.with_value(|d| columns(&d.tokens, plot_w, slos));
             cols.set_value((w, c));
         }

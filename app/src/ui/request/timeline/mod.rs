@@ -29,14 +29,10 @@ pub const LEFT: f64 = 64.0;
 pub const HEIGHT: f64 = TOP + BARS_H + MARK_H + LOAD_H + AXIS_H;
 
 /// The tokens whose wait broke an SLO while other requests prefilled: the story in words.
-fn stalled(tokens: &[TokenView], ttft_ms: f64, tpot_ms: f64) -> Vec<&TokenView> {
+fn stalled(tokens: &[TokenView], slo: geometry::Slo) -> Vec<&TokenView> {
     tokens
         .iter()
-        .filter(|t| !t.prefilled_meanwhile.is_empty())
-        .filter(|t| {
-            let slo = if t.index == 0 { ttft_ms } else { tpot_ms };
-            t.latency_ms.is_some_and(|l| l > slo)
-        })
+        .filter(|t| !t.prefilled_meanwhile.is_empty() && geometry::is_breach(t, slo))
         .collect()
 }
 
@@ -46,7 +42,7 @@ pub fn Timeline(rq: Rq) -> impl IntoView {
     #[cfg(feature = "hydrate")]
     input::start(rq);
     let (list, total, breaches) = rq.d.with_value(|d| {
-        let all = stalled(&d.tokens, th.ttft_ms, th.tpot_ms);
+        let all = stalled(&d.tokens, geometry::Slo::of(&th));
         let breaches = d
             .tokens
             .iter()
