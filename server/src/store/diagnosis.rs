@@ -91,7 +91,7 @@ impl Store {
 
     /// Diagnoses requests of one instance (`traces` in arrival order) from one read of the
     /// iterations and neighbours around all of them, instead of three queries per request.
-    async fn diagnose_together(
+    pub(super) async fn diagnose_together(
         &self,
         instance_id: i32,
         traces: &[&RequestTrace],

@@ -187,7 +187,11 @@ impl Store {
         let mut blocks = Vec::new();
         for id in &new.requests {
             let (loaded, steps) = self.load_with_steps(id, Some(&new.instance)).await?;
-            let diagnosis = self.diagnose_request(id, Some(&new.instance), &th).await?;
+            // Diagnosed from the request just loaded, not loaded again.
+            let diagnosis = self
+                .diagnose_together(loaded.instance_id, &[&loaded.trace], &th)
+                .await?
+                .remove(0);
             let Loaded {
                 mut trace,
                 instance,
