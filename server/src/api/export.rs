@@ -7,25 +7,30 @@ use axum::{
     response::IntoResponse,
 };
 
+use app::api::RequestDetail;
+
 use super::{ThresholdParams, non_empty};
 use crate::error::Result;
 use crate::export;
 use crate::store::Store;
 
-async fn detail(
+/// The request (its instance and thresholds from the query) rendered by `render`, as an
+/// attachment named `{id}.{suffix}`.
+async fn download(
     store: &Store,
     request_id: &str,
     p: &ThresholdParams,
-) -> Result<app::api::RequestDetail> {
+    suffix: &str,
+    content_type: &'static str,
+    render: fn(&RequestDetail) -> String,
+) -> Result<impl IntoResponse + use<>> {
     let th = p.thresholds()?;
     let instance = non_empty(p.instance.clone());
-    store
+    let d = store
         .get_request(request_id, instance.as_deref(), &th)
-        .await
-}
-
-fn attachment(content_type: &'static str, name: String, body: String) -> impl IntoResponse {
-    (
+        .await?;
+    let name = format!("{}.{suffix}", export::file_stem(request_id));
+    Ok((
         [
             (header::CONTENT_TYPE, content_type.to_string()),
             (
@@ -33,8 +38,8 @@ fn attachment(content_type: &'static str, name: String, body: String) -> impl In
                 format!("attachment; filename=\"{name}\""),
             ),
         ],
-        body,
-    )
+        render(&d),
+    ))
 }
 
 pub(super) async fn tokens_csv(
@@ -42,12 +47,16 @@ pub(super) async fn tokens_csv(
     Path(request_id): Path<String>,
     Query(p): Query<ThresholdParams>,
 ) -> Result<impl IntoResponse> {
-    let d = detail(&store, &request_id, &p).await?;
-    Ok(attachment(
-        "text/csv; charset=utf-8",
-        format!("{}.tokens.csv", export::file_stem(&request_id)),
-        export::tokens_csv(&d),
-    ))
+    let csv = "text/csv; charset=utf-8";
+    download(
+        &store,
+        &request_id,
+        &p,
+        "tokens.csv",
+        csv,
+        export::tokens_csv,
+    )
+    .await
 }
 
 pub(super) async fn chrome_trace(
@@ -55,10 +64,14 @@ pub(super) async fn chrome_trace(
     Path(request_id): Path<String>,
     Query(p): Query<ThresholdParams>,
 ) -> Result<impl IntoResponse> {
-    let d = detail(&store, &request_id, &p).await?;
-    Ok(attachment(
-        "application/json",
-        format!("{}.trace.json", export::file_stem(&request_id)),
-        export::chrome_trace(&d),
-    ))
+    let json = "application/json";
+    download(
+        &store,
+        &request_id,
+        &p,
+        "trace.json",
+        json,
+        export::chrome_trace,
+    )
+    .await
 }
