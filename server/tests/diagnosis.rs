@@ -24,10 +24,7 @@ async fn load(app: &TestApp, with_iterations: bool) -> Vec<Truth> {
             }
         }
     }
-    let url = format!("http://{}", app.running.grpc_addr);
-    let sent = sim::deliver::send(&url, sim::deliver::batches(&runs), f64::INFINITY, false)
-        .await
-        .unwrap();
+    let sent = app.send_sim(&runs).await;
     assert_eq!(sent.rejected, 0);
     truths
 }
@@ -184,10 +181,7 @@ async fn the_window_listing_agrees_with_each_request_s_own_diagnosis() {
             sim::traffic(name, profile, reqs, 5)
         })
         .collect();
-    let url = format!("http://{}", app.running.grpc_addr);
-    sim::deliver::send(&url, sim::deliver::batches(&runs), f64::INFINITY, false)
-        .await
-        .unwrap();
+    app.send_sim(&runs).await;
 
     let all = app
         .get_json("/api/v1/requests?order=start&limit=10000")
@@ -327,10 +321,7 @@ async fn a_freeze_under_a_fine_tpot_is_found_and_busy_traffic_is_not() {
     let frz = sim::scenarios::build("prefill-freezes-decode", T0 + 200_000_000_000, 1).unwrap();
     let mut runs = busy(&["busy-a", "busy-b", "busy-c"]);
     runs.extend(frz.runs);
-    let url = format!("http://{}", app.running.grpc_addr);
-    sim::deliver::send(&url, sim::deliver::batches(&runs), f64::INFINITY, false)
-        .await
-        .unwrap();
+    app.send_sim(&runs).await;
 
     let d = diagnosis(&app, "frz-victim", "sim-frz").await;
     let f = finding(&d, "prefill_interrupted_decode").unwrap_or_else(|| panic!("{d}"));

@@ -178,10 +178,7 @@ async fn find_by_request_or_trace_id_and_filter_by_slo() {
 async fn waterfall_focus_and_compare_tell_the_prefill_interrupts_decode_story() {
     let app = spawn_app().await;
     let (runs, _) = sim::all_scenarios(T0, 60_000_000_000, 1);
-    let url = format!("http://{}", app.running.grpc_addr);
-    sim::deliver::send(&url, sim::deliver::batches(&runs), f64::INFINITY, false)
-        .await
-        .unwrap();
+    app.send_sim(&runs).await;
     let window = format!(
         "from={}&to={}",
         T0 - 3_600_000_000_000i64,

@@ -10,10 +10,7 @@ use tokenscope::sim;
 async fn a_stalled_request_exports_as_csv_and_chrome_trace() {
     let app = spawn_app().await;
     let s = sim::scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
-    let url = format!("http://{}", app.running.grpc_addr);
-    sim::deliver::send(&url, sim::deliver::batches(&s.runs), f64::INFINITY, false)
-        .await
-        .unwrap();
+    app.send_sim(&s.runs).await;
 
     let resp = app
         .get("/api/v1/requests/pid-victim/tokens.csv?instance=sim-pid")

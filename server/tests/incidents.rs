@@ -10,19 +10,25 @@ use tokenscope::sim;
 
 async fn scenario(app: &TestApp) {
     let s = sim::scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
-    let url = format!("http://{}", app.running.grpc_addr);
-    sim::deliver::send(&url, sim::deliver::batches(&s.runs), f64::INFINITY, false)
-        .await
-        .unwrap();
+    app.send_sim(&s.runs).await;
 }
 
-async fn create(app: &TestApp, title: &str) -> serde_json::Value {
-    let body = serde_json::json!({
-        "title": title, "note": "seen by on-call", "instance": "sim-pid", "requests": ["pid-victim"],
-    });
+/// Creates an incident from `body`; the reply (`slug`, `path`).
+async fn create_from(app: &TestApp, body: serde_json::Value) -> serde_json::Value {
     let resp = app.post_json("/api/v1/incidents", body.to_string()).await;
-    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.status(), 201, "{body}");
     resp.json().await.unwrap()
+}
+
+/// An incident of the prefill-interrupts-decode victim.
+async fn create(app: &TestApp, title: &str) -> serde_json::Value {
+    create_from(
+        app,
+        serde_json::json!({
+            "title": title, "note": "seen by on-call", "instance": "sim-pid", "requests": ["pid-victim"],
+        }),
+    )
+    .await
 }
 
 #[tokio::test]
@@ -89,11 +95,8 @@ async fn an_incident_keeps_its_story_after_the_traces_are_gone() {
     check(app.get_json(&format!("/api/v1/incidents/{slug}")).await);
 
     let md = app
-        .get(&format!("/api/v1/incidents/{slug}/markdown"))
-        .await
-        .text()
-        .await
-        .unwrap();
+        .get_text(&format!("/api/v1/incidents/{slug}/markdown"))
+        .await;
     assert!(md.starts_with("### Decode stalls on sim-pid"), "{md}");
     assert!(
         md.contains("**prefill\\_interrupted\\_decode** `pid-victim`: TPOT 75.5 ms \\> 50 ms SLO"),
@@ -134,11 +137,8 @@ async fn previews_are_1200_by_630_and_hostile_titles_stay_text() {
     assert_eq!(again, png);
 
     let svg = app
-        .get(&format!("/incidents/{slug}/preview.svg"))
-        .await
-        .text()
-        .await
-        .unwrap();
+        .get_text(&format!("/incidents/{slug}/preview.svg"))
+        .await;
     assert!(svg.starts_with("<svg"), "{}", &svg[..100]);
     assert!(
         svg.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp;"),
@@ -148,11 +148,8 @@ async fn previews_are_1200_by_630_and_hostile_titles_stay_text() {
     assert!(!svg.contains('\u{1b}'), "no control characters in XML");
 
     let md = app
-        .get(&format!("/api/v1/incidents/{slug}/markdown"))
-        .await
-        .text()
-        .await
-        .unwrap();
+        .get_text(&format!("/api/v1/incidents/{slug}/markdown"))
+        .await;
     assert!(
         md.starts_with("### \\<script\\>alert(1)\\</script\\> \\&"),
         "{md}"
@@ -224,12 +221,9 @@ async fn revoked_links_answer_410_and_slugs_are_not_sequential() {
 #[tokio::test]
 async fn each_seed_case_freezes_into_an_incident_that_names_its_cause() {
     let app = spawn_app().await;
-    let url = format!("http://{}", app.running.grpc_addr);
     for name in ["long-prompt-monopolizes", "low-probability-eos"] {
         let s = sim::scenarios::build(name, T0, 1).unwrap();
-        sim::deliver::send(&url, sim::deliver::batches(&s.runs), f64::INFINITY, false)
-            .await
-            .unwrap();
+        app.send_sim(&s.runs).await;
     }
     for (instance, victim, needle, culprit) in [
         (
@@ -247,9 +241,7 @@ async fn each_seed_case_freezes_into_an_incident_that_names_its_cause() {
     ] {
         let body =
             serde_json::json!({ "title": victim, "instance": instance, "requests": [victim] });
-        let resp = app.post_json("/api/v1/incidents", body.to_string()).await;
-        assert_eq!(resp.status(), 201);
-        let slug = resp.json::<serde_json::Value>().await.unwrap()["slug"]
+        let slug = create_from(&app, body).await["slug"]
             .as_str()
             .unwrap()
             .to_string();

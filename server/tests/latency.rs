@@ -25,10 +25,7 @@ async fn buckets_agree_with_the_requests_they_hold() {
             sim::traffic(name, profile, reqs, 9)
         })
         .collect();
-    let url = format!("http://{}", app.running.grpc_addr);
-    sim::deliver::send(&url, sim::deliver::batches(&runs), f64::INFINITY, false)
-        .await
-        .unwrap();
+    app.send_sim(&runs).await;
 
     let (from, to, width) = (T0, T0 + 30_000_000_000, 6);
     let (ttft_slo, tpot_slo) = (80.0, 12.0);

@@ -20,10 +20,7 @@ fn stage_ms(d: &serde_json::Value, kind: &str) -> Vec<f64> {
 async fn scenarios_show_their_symptoms_through_the_query_api() {
     let app = spawn_app().await;
     let (runs, truths) = sim::all_scenarios(T0, 60_000_000_000, 1);
-    let url = format!("http://{}", app.running.grpc_addr);
-    let sent = sim::deliver::send(&url, sim::deliver::batches(&runs), f64::INFINITY, false)
-        .await
-        .unwrap();
+    let sent = app.send_sim(&runs).await;
     assert_eq!(sent.rejected, 0);
     assert_eq!(truths.len(), 6);
     let get = |id: &str, instance: &str| {
@@ -166,10 +163,7 @@ async fn sim_command_sends_a_scenario_and_writes_its_truth() {
 async fn waterfall_has_a_track_per_request_and_a_bounded_iteration_lane() {
     let app = spawn_app().await;
     let s = sim::scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
-    let url = format!("http://{}", app.running.grpc_addr);
-    sim::deliver::send(&url, sim::deliver::batches(&s.runs), f64::INFINITY, false)
-        .await
-        .unwrap();
+    app.send_sim(&s.runs).await;
     let steps = s.runs[0].output.iterations.len();
     let (from, to) = (T0, T0 + 20_000_000_000);
 

@@ -75,6 +75,18 @@ pub async fn spawn_app() -> TestApp {
 }
 
 impl TestApp {
+    /// Sends simulated instances' traces to this server over native gRPC, as fast as it takes them.
+    pub async fn send_sim(
+        &self,
+        runs: &[tokenscope::sim::scenarios::InstanceRun],
+    ) -> tokenscope::sim::deliver::Delivered {
+        let url = format!("http://{}", self.running.grpc_addr);
+        let batches = tokenscope::sim::deliver::batches(runs);
+        tokenscope::sim::deliver::send(&url, batches, f64::INFINITY, false)
+            .await
+            .expect("the simulator's traces are delivered")
+    }
+
     pub async fn grpc(&self) -> TraceIngestClient<tonic::transport::Channel> {
         TraceIngestClient::connect(format!("http://{}", self.running.grpc_addr))
             .await
@@ -90,12 +102,17 @@ impl TestApp {
             .expect("GET")
     }
 
-    pub async fn get_json(&self, path: &str) -> serde_json::Value {
+    /// The body of a 200 reply as text.
+    pub async fn get_text(&self, path: &str) -> String {
         let resp = self.get(path).await;
         let status = resp.status();
         let text = resp.text().await.expect("body");
         assert_eq!(status, 200, "GET {path}: {text}");
-        serde_json::from_str(&text).expect("JSON body")
+        text
+    }
+
+    pub async fn get_json(&self, path: &str) -> serde_json::Value {
+        serde_json::from_str(&self.get_text(path).await).expect("JSON body")
     }
 
     pub async fn post_json(&self, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
