@@ -42,6 +42,28 @@ pub enum StageKind {
     KvTransfer,
 }
 
+impl StageKind {
+    /// Every kind, in the order a request lives them (legends list them so).
+    pub const ALL: [StageKind; 5] = [
+        StageKind::Queued,
+        StageKind::Prefill,
+        StageKind::Decode,
+        StageKind::Preempted,
+        StageKind::KvTransfer,
+    ];
+
+    /// The name people read (`KV transfer`).
+    pub fn label(self) -> &'static str {
+        match self {
+            StageKind::Queued => "queued",
+            StageKind::Prefill => "prefill",
+            StageKind::Decode => "decode",
+            StageKind::Preempted => "preempted",
+            StageKind::KvTransfer => "KV transfer",
+        }
+    }
+}
+
 /// One bar of a request's timeline.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stage {

@@ -185,9 +185,13 @@ fn tracks<DB: DrawingBackend>(root: &Area<DB>, incident: &Incident) -> Result<()
             if culprit { "◆ " } else { "" },
             clean(&t.request_id, 24)
         );
-        let colour = if culprit { STALL } else { INK };
-        root.draw(&Text::new(label, (48, y + row_h / 2 - 8), font(15, colour)))
-            .map_err(err)?;
+        let label_colour = if culprit { STALL } else { INK };
+        root.draw(&Text::new(
+            label,
+            (48, y + row_h / 2 - 8),
+            font(15, label_colour),
+        ))
+        .map_err(err)?;
         for seg in &t.segments {
             let (x0, x1) = (clip(x(seg.start_ns)), clip(x(seg.end_ns)));
             if x1 <= left || x0 >= right {
@@ -195,7 +199,7 @@ fn tracks<DB: DrawingBackend>(root: &Area<DB>, incident: &Incident) -> Result<()
             }
             root.draw(&Rectangle::new(
                 [(x0, y + 4), ((x1).max(x0 + 1), y + row_h - 6)],
-                colour_of(seg.kind).filled(),
+                colour(seg.kind).filled(),
             ))
             .map_err(err)?;
         }
@@ -227,18 +231,12 @@ fn tracks<DB: DrawingBackend>(root: &Area<DB>, incident: &Incident) -> Result<()
             }
         }
     }
-    let legend = [
-        (StageKind::Queued, "queued"),
-        (StageKind::Prefill, "prefill"),
-        (StageKind::Decode, "decode"),
-        (StageKind::Preempted, "preempted"),
-        (StageKind::KvTransfer, "KV transfer"),
-    ];
     let mut lx = left;
-    for (kind, name) in legend {
+    for kind in StageKind::ALL {
+        let name = kind.label();
         root.draw(&Rectangle::new(
             [(lx, bottom + 8), (lx + 14, bottom + 18)],
-            colour_of(kind).filled(),
+            colour(kind).filled(),
         ))
         .map_err(err)?;
         root.draw(&Text::new(name, (lx + 19, bottom + 5), font(14, MUTED)))
@@ -259,10 +257,6 @@ fn tracks<DB: DrawingBackend>(root: &Area<DB>, incident: &Incident) -> Result<()
     ))
     .map_err(err)?;
     Ok(())
-}
-
-fn colour_of(k: StageKind) -> RGBColor {
-    colour(k)
 }
 
 pub fn svg(incident: &Incident) -> Result<String> {

@@ -10,16 +10,6 @@ use crate::api::StageKind;
 use crate::model::Nanos;
 use crate::ui::format::{duration_ms, thousands};
 
-fn name(k: StageKind) -> &'static str {
-    match k {
-        StageKind::Queued => "queued",
-        StageKind::Prefill => "prefill",
-        StageKind::Decode => "decode",
-        StageKind::Preempted => "preempted",
-        StageKind::KvTransfer => "KV transfer",
-    }
-}
-
 fn class(k: StageKind) -> &'static str {
     match k {
         StageKind::Queued => "st st-queued",
@@ -47,7 +37,7 @@ fn totals(stages: &[crate::api::Stage]) -> Vec<String> {
         }
         let ns: Nanos = of.iter().map(|s| s.end_ns - s.start_ns).sum();
         let tokens: u32 = of.iter().filter_map(|s| s.tokens).sum();
-        let mut t = format!("{} {}", name(k), duration_ms(ns as f64 / 1e6));
+        let mut t = format!("{} {}", k.label(), duration_ms(ns as f64 / 1e6));
         match (k, of.len()) {
             (StageKind::Prefill, n) => t.push_str(&format!(
                 " ({n} chunk{}, {} tokens)",
@@ -81,7 +71,7 @@ pub fn Strip(rq: Rq) -> impl IntoView {
                 let (l, r) = (pct(s.start_ns), pct(s.end_ns));
                 let title = format!(
                     "{} {}{}",
-                    name(s.kind),
+                    s.kind.label(),
                     duration_ms((s.end_ns - s.start_ns) as f64 / 1e6),
                     s.tokens.map(|t| format!(" · {} tokens", thousands(t.into()))).unwrap_or_default()
                 );
