@@ -5,7 +5,8 @@
 //! Run with `scripts/bench` (it runs every bench) or `cargo bench -p tokenscope --bench waterfall`
 //! with TOKENSCOPE_TEST_DATABASE_URL set.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
+#[allow(dead_code)] // the benches use only part of the test harness
 mod common;
 
 use std::time::{Duration, Instant};

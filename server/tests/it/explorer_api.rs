@@ -2,7 +2,7 @@
 //! filtered by SLO and several instances, found by request or trace id; the waterfall around a
 //! focused request with its culprits pulled next to it; and the comparison of two sides.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tokenscope::{fixtures, sim};

@@ -2,7 +2,7 @@
 //! ground truth's victims, from native iteration records, from timing alone, and from vLLM's
 //! request spans alone; healthy controls and busy background traffic come out healthy.
 
-mod common;
+use crate::common;
 
 use app::analysis::metrics::request_metrics;
 use app::model::{Nanos, RequestTrace};

@@ -2,7 +2,7 @@
 //! same story after its raw traces are gone; slugs are random; revoked links answer 410; the
 //! preview decodes to 1200×630 and its SVG parses; a hostile title stays text everywhere.
 
-mod common;
+use crate::common;
 
 use common::*;
 use sqlx::Connection;

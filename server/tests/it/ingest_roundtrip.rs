@@ -1,7 +1,7 @@
 //! A request with 2,000 tokens and top-5 candidates goes in over gRPC and over JSON and comes back
 //! through the query API with every field intact.
 
-mod common;
+use crate::common;
 
 use app::api::RequestDetail;
 use app::model::{RequestTrace, ms};

@@ -1,7 +1,7 @@
 //! A request as files over HTTP: the token table as CSV and the timeline as Chrome trace JSON,
 //! from a simulated incident and from an imported response with hostile text.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tokenscope::sim;

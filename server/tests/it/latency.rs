@@ -2,7 +2,7 @@
 //! breaches equal what the listed requests' own TTFT and TPOT give, filters apply, and bad
 //! parameters are refused with a message.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tokenscope::sim;

@@ -1,7 +1,7 @@
 //! Schema upgrades keep what users stored: a database created by the first migration, holding
 //! iterations, gets their rollups back-filled when the server migrates it to the current schema.
 
-mod common;
+use crate::common;
 
 use std::borrow::Cow;
 

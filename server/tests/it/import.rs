@@ -1,7 +1,7 @@
 //! File imports over HTTP and from the command line: TensorRT-LLM perf metrics and perf-time-events
 //! logs, and OpenAI-style responses, read back through the query API.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

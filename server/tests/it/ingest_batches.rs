@@ -1,7 +1,7 @@
 //! Batch semantics: duplicates are not stored twice, invalid items are rejected one by one with a
 //! message naming the item and field, and the valid rest of the batch is kept.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tokenscope::fixtures;

@@ -2,7 +2,7 @@
 //! rollups (or from raw rows, for narrow windows) equal the steps bucketed on the same grid, a
 //! resent batch is not summed twice, and a window whose steps fit the width lists every one.
 
-mod common;
+use crate::common;
 
 use app::analysis::waterfall::{Lane, Step, bucketize, grid};
 use app::model::Phase;

@@ -1,7 +1,7 @@
 //! Every simulator scenario, sent through ingest over gRPC, shows its symptom in the query API,
 //! and its healthy control does not.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tokenscope::sim;

@@ -1,6 +1,6 @@
 //! The query API: lists with filters and orders, instances, health, errors, retention.
 
-mod common;
+use crate::common;
 
 use common::*;
 use tokenscope::fixtures;

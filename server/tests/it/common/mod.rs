@@ -1,7 +1,5 @@
 //! Test harness: a fresh database per test on the test cluster, and the real server on loopback.
 
-#![allow(dead_code)] // each test binary uses a different part of the harness
-
 pub mod vllm;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,7 +1,7 @@
 //! OTLP ingest: golden fixtures mapped to the model (snapshots), and real OTLP exports over
 //! gRPC and HTTP read back through the query API.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

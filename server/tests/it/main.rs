@@ -1,0 +1,20 @@
+//! The integration tests, one binary: the real server on loopback against a real Postgres.
+//!
+//! One binary instead of one per file: each linked test binary carries the whole server (1.3 GB
+//! with debug info each), and fifteen of them filled CI's disk and spent minutes linking.
+
+mod common;
+mod diagnosis;
+mod diagnosis_snapshots;
+mod explorer_api;
+mod export;
+mod import;
+mod incidents;
+mod ingest_batches;
+mod ingest_roundtrip;
+mod latency;
+mod migrations;
+mod otlp_ingest;
+mod query_api;
+mod sim_scenarios;
+mod waterfall_lane;
