@@ -1,8 +1,12 @@
-//! `tokenscope sim`: builds the requested traffic, then sends it or writes it.
+//! `tokenscope sim`: simulates the requested traffic and sends it or writes it. Scenarios are
+//! built whole (they are small and carry ground truth); rate and replay traffic streams, sent
+//! while it is simulated, so memory stays bounded however long the run.
 
-use app::model::Nanos;
+use app::model::{Nanos, Role};
 
-use super::{cost, deliver, load, scenarios};
+use super::deliver::{self, Delivered, Summary};
+use super::engine::SimRequest;
+use super::{cost, load, scenarios};
 use crate::cli::SimArgs;
 use crate::clock::now_ns;
 use crate::error::{Error, Result};
@@ -18,31 +22,11 @@ pub async fn run(args: SimArgs) -> Result<()> {
             names.join(", ")
         ))
     })?;
-    let mut runs = Vec::new();
-    let mut truths = Vec::new();
+    if args.out.is_none() && (args.speed.is_nan() || args.speed <= 0.0) {
+        return Err(Error::InvalidArgument("--speed must be positive".into()));
+    }
     match (&args.scenario, args.rate, &args.replay) {
-        (Some(name), _, _) => {
-            let start = args.start_ns.unwrap_or_else(|| now_ns() - 10 * 60 * SECOND);
-            if name == "all" {
-                let (r, t) = super::all_scenarios(start, 60 * SECOND, args.seed);
-                runs = r;
-                truths = t;
-            } else {
-                let s = scenarios::build(name, start, args.seed).ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "--scenario {name:?} is not one of all, {}",
-                        scenarios::NAMES
-                            .iter()
-                            .chain(&scenarios::EXTRA)
-                            .copied()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                })?;
-                runs = s.runs;
-                truths.push(s.truth);
-            }
-        }
+        (Some(name), _, _) => scenario(&args, name).await,
         (None, Some(rate), _) => {
             let start = args
                 .start_ns
@@ -56,7 +40,7 @@ pub async fn run(args: SimArgs) -> Result<()> {
                 args.bursty,
                 &mut rng,
             );
-            runs.push(super::traffic(&args.instance, profile, reqs, args.seed));
+            traffic(&args, profile, reqs).await
         }
         (None, None, Some(source)) => {
             let text = if source == "azure-conv-5min" {
@@ -78,25 +62,35 @@ pub async fn run(args: SimArgs) -> Result<()> {
             } else {
                 load::azure(&prefix, &text, &w, start)?
             };
-            runs.push(super::traffic(&args.instance, profile, reqs, args.seed));
+            traffic(&args, profile, reqs).await
         }
-        (None, None, None) => {
-            return Err(Error::InvalidArgument(
-                "say what to simulate: --scenario NAME|all, --rate R, or --replay FILE".into(),
-            ));
-        }
+        (None, None, None) => Err(Error::InvalidArgument(
+            "say what to simulate: --scenario NAME|all, --rate R, or --replay FILE".into(),
+        )),
     }
-    let requests: usize = runs.iter().map(|r| r.output.requests.len()).sum();
-    let tokens: usize = runs
-        .iter()
-        .flat_map(|r| &r.output.requests)
-        .map(|r| r.tokens.len())
-        .sum();
-    eprintln!(
-        "simulated {requests} requests, {tokens} tokens on {} instances",
-        runs.len()
-    );
-    print_summary(&runs);
+}
+
+/// A named scenario (or all of them), with its ground truth.
+async fn scenario(args: &SimArgs, name: &str) -> Result<()> {
+    let start = args.start_ns.unwrap_or_else(|| now_ns() - 10 * 60 * SECOND);
+    let (runs, truths) = if name == "all" {
+        super::all_scenarios(start, 60 * SECOND, args.seed)
+    } else {
+        let s = scenarios::build(name, start, args.seed).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "--scenario {name:?} is not one of all, {}",
+                scenarios::NAMES
+                    .iter()
+                    .chain(&scenarios::EXTRA)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        (s.runs, vec![s.truth])
+    };
+    let mut summaries: Vec<Summary> = runs.iter().map(Summary::of).collect();
+    print_summaries(&mut summaries);
     if let Some(path) = &args.truth {
         let json =
             serde_json::to_string_pretty(&truths).map_err(|e| Error::Internal(e.to_string()))?;
@@ -105,52 +99,70 @@ pub async fn run(args: SimArgs) -> Result<()> {
     }
     let batches = deliver::batches(&runs);
     match &args.out {
-        Some(path) => deliver::write(path, &batches),
+        Some(path) => deliver::write(path, batches),
         None => {
-            if args.speed.is_nan() || args.speed <= 0.0 {
-                return Err(Error::InvalidArgument("--speed must be positive".into()));
-            }
             let d = deliver::send(&args.send, batches, args.speed, true).await?;
-            eprintln!(
-                "sent {} requests and {} iterations in {:.1} s ({:.0} tokens/s); {} rejected",
-                d.requests,
-                d.iterations,
-                d.elapsed.as_secs_f64(),
-                d.tokens as f64 / d.elapsed.as_secs_f64().max(1e-3),
-                d.rejected
-            );
+            print_delivered(&d);
             Ok(())
         }
     }
 }
 
-/// Median TTFT and TPOT per instance, so a run can be sanity-checked at a glance.
-fn print_summary(runs: &[scenarios::InstanceRun]) {
-    for run in runs {
-        let mut ttft = Vec::new();
-        let mut tpot = Vec::new();
-        for r in &run.output.requests {
-            let m = app::analysis::metrics::request_metrics(r);
-            ttft.extend(m.ttft_ns);
-            tpot.extend(m.tpot_ns);
+/// Rate or replay traffic on one instance, sent (or written) while it is simulated.
+async fn traffic(
+    args: &SimArgs,
+    profile: &'static cost::Profile,
+    reqs: Vec<SimRequest>,
+) -> Result<()> {
+    let seed = args.seed;
+    let resource = scenarios::resource(&args.instance, Role::Colocated);
+    let (rx, simulation) = deliver::stream(resource, move |emit| {
+        super::traffic_events(profile, reqs, seed, emit)
+    });
+    let delivered = match &args.out {
+        Some(path) => {
+            let path = path.clone();
+            let mut rx = rx;
+            let batches = std::iter::from_fn(move || rx.blocking_recv());
+            tokio::task::spawn_blocking(move || deliver::write(&path, batches))
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?
+                .map(|()| None)
         }
-        let median = |v: &mut Vec<Nanos>| {
-            v.sort_unstable();
-            v.get(v.len() / 2).map_or(f64::NAN, |&x| x as f64 / 1e6)
-        };
-        let p90 = |v: &Vec<Nanos>| {
-            v.get(v.len() * 9 / 10)
-                .map_or(f64::NAN, |&x| x as f64 / 1e6)
-        };
-        let (m_ttft, m_tpot) = (median(&mut ttft), median(&mut tpot));
-        eprintln!(
-            "  {:<18} {:>6} requests  TTFT p50 {:>8.1} ms  p90 {:>8.1} ms  TPOT p50 {:>6.1} ms  p90 {:>6.1} ms",
-            run.resource.instance_id,
-            run.output.requests.len(),
-            m_ttft,
-            p90(&ttft),
-            m_tpot,
-            p90(&tpot)
-        );
+        None => deliver::send_stream(&args.send, rx, args.speed, true)
+            .await
+            .map(Some),
+    };
+    // The simulation stops early when the channel closes, so wait for it before reporting.
+    let summary = simulation
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    print_summaries(&mut [summary]);
+    if let Some(d) = delivered? {
+        print_delivered(&d);
     }
+    Ok(())
+}
+
+fn print_summaries(summaries: &mut [Summary]) {
+    let requests: usize = summaries.iter().map(|s| s.requests).sum();
+    let tokens: usize = summaries.iter().map(|s| s.tokens).sum();
+    eprintln!(
+        "simulated {requests} requests, {tokens} tokens on {} instances",
+        summaries.len()
+    );
+    for s in summaries {
+        eprintln!("{}", s.line());
+    }
+}
+
+fn print_delivered(d: &Delivered) {
+    eprintln!(
+        "sent {} requests and {} iterations in {:.1} s ({:.0} tokens/s); {} rejected",
+        d.requests,
+        d.iterations,
+        d.elapsed.as_secs_f64(),
+        d.tokens as f64 / d.elapsed.as_secs_f64().max(1e-3),
+        d.rejected
+    );
 }

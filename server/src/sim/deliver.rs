@@ -4,19 +4,26 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinSet;
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
 
-use app::model::{Nanos, RequestTrace};
+use app::model::{Iteration, Nanos, RequestTrace, Resource};
 
 use crate::error::{Error, Result};
 use crate::ingest::native::to_wire;
 use crate::proto::v1::{self, trace_ingest_client::TraceIngestClient};
 
+use super::engine::Event;
 use super::scenarios::InstanceRun;
 
+/// A batch closes at whichever comes first; the bounds keep a batch a few MB on the wire.
 const REQUESTS_PER_BATCH: usize = 64;
+const TOKENS_PER_BATCH: usize = 32_768;
 const ITERATIONS_PER_BATCH: usize = 4000;
+const ENTRIES_PER_BATCH: usize = 65_536;
 const IN_FLIGHT: usize = 4;
+/// Batches the simulator may run ahead of the sender.
+const QUEUED: usize = 4;
 const ATTEMPTS: u32 = 6;
 
 /// A batch and the simulated time by which all it reports had happened.
@@ -25,34 +32,177 @@ pub struct Timed {
     pub batch: v1::ExportRequest,
 }
 
+/// Cuts what one instance reports into export batches (requests, and separately iterations),
+/// converting each to the wire as soon as it is full.
+pub struct Batcher {
+    resource: Resource,
+    requests: Vec<RequestTrace>,
+    tokens: usize,
+    iterations: Vec<Iteration>,
+    entries: usize,
+}
+
+impl Batcher {
+    pub fn new(resource: Resource) -> Self {
+        Self {
+            resource,
+            requests: Vec::new(),
+            tokens: 0,
+            iterations: Vec::new(),
+            entries: 0,
+        }
+    }
+
+    /// Takes one event; gives back a batch when this one filled it.
+    pub fn push(&mut self, e: Event) -> Option<Timed> {
+        match e {
+            Event::Finished(r) => {
+                self.tokens += r.tokens.len();
+                self.requests.push(*r);
+                (self.requests.len() >= REQUESTS_PER_BATCH || self.tokens >= TOKENS_PER_BATCH)
+                    .then(|| self.take_requests())
+            }
+            Event::Step(it) => {
+                self.entries += it.batch.len();
+                self.iterations.push(it);
+                (self.iterations.len() >= ITERATIONS_PER_BATCH || self.entries >= ENTRIES_PER_BATCH)
+                    .then(|| self.take_iterations())
+            }
+        }
+    }
+
+    /// What is left, as at most two batches.
+    pub fn finish(mut self) -> Vec<Timed> {
+        let mut out = Vec::new();
+        if !self.requests.is_empty() {
+            out.push(self.take_requests());
+        }
+        if !self.iterations.is_empty() {
+            out.push(self.take_iterations());
+        }
+        out
+    }
+
+    fn take_requests(&mut self) -> Timed {
+        let requests = std::mem::take(&mut self.requests);
+        self.tokens = 0;
+        Timed {
+            at_ns: requests.iter().map(|r| r.finished_ns).max().unwrap_or(0),
+            batch: v1::ExportRequest {
+                resource_traces: vec![to_wire(&self.resource, &requests, &[])],
+            },
+        }
+    }
+
+    fn take_iterations(&mut self) -> Timed {
+        let iterations = std::mem::take(&mut self.iterations);
+        self.entries = 0;
+        Timed {
+            at_ns: iterations.iter().map(|i| i.end_ns).max().unwrap_or(0),
+            batch: v1::ExportRequest {
+                resource_traces: vec![to_wire(&self.resource, &[], &iterations)],
+            },
+        }
+    }
+}
+
 /// The export requests that carry `runs`, in simulated-time order (requests as they finish).
 pub fn batches(runs: &[InstanceRun]) -> Vec<Timed> {
     let mut out = Vec::new();
     for run in runs {
+        let mut b = Batcher::new(run.resource.clone());
         let mut requests: Vec<&RequestTrace> = run.output.requests.iter().collect();
         requests.sort_by_key(|r| r.finished_ns);
-        for chunk in requests.chunks(REQUESTS_PER_BATCH) {
-            let owned: Vec<RequestTrace> = chunk.iter().map(|r| (*r).clone()).collect();
-            let at_ns = owned.iter().map(|r| r.finished_ns).max().unwrap_or(0);
-            out.push(Timed {
-                at_ns,
-                batch: v1::ExportRequest {
-                    resource_traces: vec![to_wire(&run.resource, &owned, &[])],
-                },
-            });
-        }
-        for chunk in run.output.iterations.chunks(ITERATIONS_PER_BATCH) {
-            let at_ns = chunk.iter().map(|i| i.end_ns).max().unwrap_or(0);
-            out.push(Timed {
-                at_ns,
-                batch: v1::ExportRequest {
-                    resource_traces: vec![to_wire(&run.resource, &[], chunk)],
-                },
-            });
-        }
+        let events = requests
+            .into_iter()
+            .map(|r| Event::Finished(Box::new(r.clone())))
+            .chain(run.output.iterations.iter().cloned().map(Event::Step));
+        out.extend(events.filter_map(|e| b.push(e)));
+        out.extend(b.finish());
     }
     out.sort_by_key(|t| t.at_ns);
     out
+}
+
+/// Runs `simulate` on a blocking thread and hands out its batches through a bounded channel as
+/// they fill, so the simulator never holds more than a few batches however long the run. The
+/// handle gives back the summary of what was simulated.
+pub fn stream<F>(resource: Resource, simulate: F) -> (mpsc::Receiver<Timed>, JoinHandle<Summary>)
+where
+    F: FnOnce(&mut dyn FnMut(Event)) + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(QUEUED);
+    let handle = tokio::task::spawn_blocking(move || {
+        let mut summary = Summary::new(&resource.instance_id);
+        let mut b = Batcher::new(resource);
+        // A closed channel means the receiver gave up (an export failed): stop sending, finish.
+        let mut open = true;
+        simulate(&mut |e| {
+            if let Event::Finished(r) = &e {
+                summary.add(r);
+            }
+            if let Some(t) = b.push(e) {
+                open = open && tx.blocking_send(t).is_ok();
+            }
+        });
+        for t in b.finish() {
+            open = open && tx.blocking_send(t).is_ok();
+        }
+        summary
+    });
+    (rx, handle)
+}
+
+/// What a run simulated: counts, and the latencies to sanity-check it at a glance.
+pub struct Summary {
+    pub instance: String,
+    pub requests: usize,
+    pub tokens: usize,
+    ttft: Vec<Nanos>,
+    tpot: Vec<Nanos>,
+}
+
+impl Summary {
+    pub fn new(instance: &str) -> Self {
+        Self {
+            instance: instance.to_string(),
+            requests: 0,
+            tokens: 0,
+            ttft: Vec::new(),
+            tpot: Vec::new(),
+        }
+    }
+
+    pub fn of(run: &InstanceRun) -> Self {
+        let mut s = Self::new(&run.resource.instance_id);
+        for r in &run.output.requests {
+            s.add(r);
+        }
+        s
+    }
+
+    pub fn add(&mut self, r: &RequestTrace) {
+        let m = app::analysis::metrics::request_metrics(r);
+        self.requests += 1;
+        self.tokens += r.tokens.len();
+        self.ttft.extend(m.ttft_ns);
+        self.tpot.extend(m.tpot_ns);
+    }
+
+    /// One line: median and p90 TTFT and TPOT.
+    pub fn line(&mut self) -> String {
+        let pick = |v: &mut Vec<Nanos>, q: f64| {
+            v.sort_unstable();
+            let k = ((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1));
+            v.get(k).map_or(f64::NAN, |&x| x as f64 / 1e6)
+        };
+        let (t50, t90) = (pick(&mut self.ttft, 0.5), pick(&mut self.ttft, 0.9));
+        let (p50, p90) = (pick(&mut self.tpot, 0.5), pick(&mut self.tpot, 0.9));
+        format!(
+            "  {:<18} {:>6} requests  TTFT p50 {t50:>8.1} ms  p90 {t90:>8.1} ms  TPOT p50 {p50:>6.1} ms  p90 {p90:>6.1} ms",
+            self.instance, self.requests
+        )
+    }
 }
 
 #[derive(Debug, Default)]
@@ -76,24 +226,38 @@ fn tokens_in(b: &v1::ExportRequest) -> u64 {
 /// Sends the batches to a tokenscope gRPC endpoint, paced so that simulated time runs `speed`×
 /// the wall clock (infinite: as fast as ingest takes them), printing progress to stderr.
 pub async fn send(url: &str, batches: Vec<Timed>, speed: f64, progress: bool) -> Result<Delivered> {
+    let (tx, rx) = mpsc::channel(batches.len().max(1));
+    for b in batches {
+        tx.try_send(b).expect("the channel holds every batch");
+    }
+    drop(tx);
+    send_stream(url, rx, speed, progress).await
+}
+
+/// [`send`] for batches that arrive while they are being sent (see [`stream`]).
+pub async fn send_stream(
+    url: &str,
+    mut batches: mpsc::Receiver<Timed>,
+    speed: f64,
+    progress: bool,
+) -> Result<Delivered> {
     let client = TraceIngestClient::connect(url.to_string())
         .await
         .map_err(|e| Error::Unavailable(format!("cannot connect to {url}: {e}")))?
         .max_encoding_message_size(256 << 20);
-    let total = batches.len();
     let started = Instant::now();
     let mut stats = Delivered::default();
-    let sim_start = batches.first().map_or(0, |b| b.at_ns);
-    let mut pending = batches.into_iter();
+    let mut sim_start = None;
     let mut in_flight = JoinSet::new();
     let mut done = 0;
     loop {
         while in_flight.len() < IN_FLIGHT {
-            let Some(Timed { at_ns, batch }) = pending.next() else {
+            let Some(Timed { at_ns, batch }) = batches.recv().await else {
                 break;
             };
+            let sim_start = *sim_start.get_or_insert(at_ns);
             if speed.is_finite() {
-                let due = Duration::from_secs_f64((at_ns - sim_start) as f64 / 1e9 / speed);
+                let due = Duration::from_secs_f64((at_ns - sim_start).max(0) as f64 / 1e9 / speed);
                 if let Some(wait) = due.checked_sub(started.elapsed()) {
                     tokio::time::sleep(wait).await;
                 }
@@ -137,7 +301,7 @@ pub async fn send(url: &str, batches: Vec<Timed>, speed: f64, progress: bool) ->
         if progress {
             let secs = started.elapsed().as_secs_f64().max(1e-3);
             eprint!(
-                "\r  sent {done}/{total} batches · {} requests · {:.0} tokens/s   ",
+                "\r  sent {done} batches · {} requests · {:.0} tokens/s   ",
                 stats.requests,
                 stats.tokens as f64 / secs
             );
@@ -151,12 +315,12 @@ pub async fn send(url: &str, batches: Vec<Timed>, speed: f64, progress: bool) ->
 }
 
 /// Writes the batches as JSON lines (proto3 JSON), the `native` import format.
-pub fn write(path: &std::path::Path, batches: &[Timed]) -> Result<()> {
+pub fn write(path: &std::path::Path, batches: impl IntoIterator<Item = Timed>) -> Result<()> {
     let file = std::fs::File::create(path)
         .map_err(|e| Error::InvalidArgument(format!("cannot write {}: {e}", path.display())))?;
     let mut w = std::io::BufWriter::new(file);
     for Timed { batch, .. } in batches {
-        let line = serde_json::to_string(batch).map_err(|e| Error::Internal(e.to_string()))?;
+        let line = serde_json::to_string(&batch).map_err(|e| Error::Internal(e.to_string()))?;
         writeln!(w, "{line}").map_err(|e| Error::Internal(e.to_string()))?;
     }
     w.flush().map_err(|e| Error::Internal(e.to_string()))

@@ -84,18 +84,89 @@ pub struct Output {
     pub iterations: Vec<Iteration>,
 }
 
+/// What the engine reports as it runs: each step when it ends, each request when it finishes.
+pub enum Event {
+    Step(Iteration),
+    Finished(Box<RequestTrace>),
+}
+
 fn blocks_for(tokens: u32, block_size: u32) -> u32 {
     tokens.div_ceil(block_size)
 }
 
-/// Runs the engine over `requests` until all finish (or `limit_ns` passes); `first_iteration`
-/// numbers the steps.
+/// Runs the engine over `requests` until all finish; `first_iteration` numbers the steps. The
+/// requests come back in the order the engine received them (by `ready_ns`).
 pub fn run(
+    cfg: &EngineConfig,
+    requests: Vec<SimRequest>,
+    rng: &mut Rng,
+    first_iteration: u64,
+) -> Output {
+    let mut finished: Vec<Option<RequestTrace>> = Vec::new();
+    finished.resize_with(requests.len(), || None);
+    let mut iterations = Vec::new();
+    simulate(cfg, requests, rng, first_iteration, &mut |e| match e {
+        Step::Ended(it) => iterations.push(it),
+        Step::Finished(k, r) => finished[k] = Some(*r),
+    });
+    Output {
+        requests: finished.into_iter().flatten().collect(),
+        iterations,
+    }
+}
+
+/// Runs the engine over `requests`, handing out each step and each finished request as soon as
+/// the engine produces it: memory stays bounded by what is running, whatever the duration.
+pub fn stream(
+    cfg: &EngineConfig,
+    requests: Vec<SimRequest>,
+    rng: &mut Rng,
+    first_iteration: u64,
+    emit: &mut dyn FnMut(Event),
+) {
+    simulate(cfg, requests, rng, first_iteration, &mut |e| match e {
+        Step::Ended(it) => emit(Event::Step(it)),
+        Step::Finished(_, r) => emit(Event::Finished(r)),
+    });
+}
+
+/// An [`Event`] with the finished request's place in arrival order.
+enum Step {
+    Ended(Iteration),
+    Finished(usize, Box<RequestTrace>),
+}
+
+/// A finished request's trace; its state keeps only what the scheduler still reads.
+fn take_trace(s: &mut State, now: Nanos) -> Box<RequestTrace> {
+    Box::new(RequestTrace {
+        request_id: std::mem::take(&mut s.req.id),
+        arrival_ns: s.req.arrival_ns,
+        queued_ns: Some(s.req.ready_ns),
+        first_scheduled_ns: s.first_scheduled,
+        first_token_ns: s.tokens.first().and_then(|t| t.emitted_ns),
+        finished_ns: s.finished.unwrap_or(now),
+        finish_reason: if s.aborted {
+            FinishReason::Abort
+        } else {
+            FinishReason::Unknown
+        },
+        prompt_tokens: s.req.prompt_tokens,
+        output_tokens: s.tokens.len() as u32,
+        cached_tokens: s.req.cached_tokens.min(s.req.prompt_tokens),
+        prefill_chunks: std::mem::take(&mut s.chunks),
+        preemptions: std::mem::take(&mut s.preemptions),
+        tokens: std::mem::take(&mut s.tokens),
+        ..RequestTrace::default()
+    })
+}
+
+fn simulate(
     cfg: &EngineConfig,
     mut requests: Vec<SimRequest>,
     rng: &mut Rng,
     first_iteration: u64,
-) -> Output {
+    emit: &mut dyn FnMut(Step),
+) {
     requests.sort_by_key(|r| r.ready_ns);
     let mut states: Vec<State> = requests
         .into_iter()
@@ -121,7 +192,6 @@ pub fn run(
     let mut waiting: VecDeque<usize> = VecDeque::new();
     let mut running: Vec<usize> = Vec::new();
     let mut free_blocks = cfg.kv_blocks;
-    let mut iterations = Vec::new();
     let mut now = states.first().map_or(0, |s| s.req.ready_ns);
     let mut iteration_id = first_iteration;
 
@@ -149,6 +219,7 @@ pub fn run(
                 waiting.pop_front();
                 states[i].finished = Some(now);
                 states[i].aborted = true;
+                emit(Step::Finished(i, take_trace(&mut states[i], now)));
                 continue;
             }
             if running.len() >= cfg.max_running || need > free_blocks {
@@ -305,6 +376,7 @@ pub fn run(
                 ..Token::default()
             });
         }
+        let mut done = Vec::new();
         for &i in admitted_now
             .iter()
             .chain(prefill_work.iter().map(|(i, _)| i))
@@ -316,10 +388,11 @@ pub fn run(
                 free_blocks += s.blocks;
                 s.blocks = 0;
                 running.retain(|&j| j != i);
+                done.push(i);
             }
         }
         let batch_size = batch.len() as u32;
-        iterations.push(Iteration {
+        emit(Step::Ended(Iteration {
             iteration_id,
             start_ns: now,
             end_ns: end,
@@ -327,37 +400,20 @@ pub fn run(
             running: (running.len() as u32).max(batch_size),
             waiting: waiting.len() as u32,
             kv_cache_usage: 1.0 - free_blocks as f32 / cfg.kv_blocks.max(1) as f32,
-        });
+        }));
+        // Reported after the step that finished them, as an engine's tracer would.
+        for i in done {
+            emit(Step::Finished(i, take_trace(&mut states[i], now)));
+        }
         iteration_id += 1;
         now = end;
     }
-
-    let requests = states
-        .into_iter()
-        .map(|s| RequestTrace {
-            request_id: s.req.id.clone(),
-            arrival_ns: s.req.arrival_ns,
-            queued_ns: Some(s.req.ready_ns),
-            first_scheduled_ns: s.first_scheduled,
-            first_token_ns: s.tokens.first().and_then(|t| t.emitted_ns),
-            finished_ns: s.finished.unwrap_or(now),
-            finish_reason: if s.aborted {
-                FinishReason::Abort
-            } else {
-                FinishReason::Unknown
-            },
-            prompt_tokens: s.req.prompt_tokens,
-            output_tokens: s.tokens.len() as u32,
-            cached_tokens: s.req.cached_tokens.min(s.req.prompt_tokens),
-            prefill_chunks: s.chunks,
-            preemptions: s.preemptions,
-            tokens: s.tokens,
-            ..RequestTrace::default()
-        })
-        .collect();
-    Output {
-        requests,
-        iterations,
+    // Every request has finished or been aborted by now; this only guards against a request the
+    // loop above never reached.
+    for (i, s) in states.iter_mut().enumerate() {
+        if !s.req.id.is_empty() {
+            emit(Step::Finished(i, take_trace(s, now)));
+        }
     }
 }
 
@@ -401,6 +457,45 @@ mod tests {
             .find(|r| r.request_id == "small")
             .unwrap();
         assert_eq!(small.tokens.len(), 10);
+    }
+
+    #[test]
+    fn streaming_hands_out_requests_as_they_finish_and_matches_a_full_run() {
+        let cfg = EngineConfig::new(profile("llama-8b-h100").unwrap());
+        let reqs: Vec<SimRequest> = (0..40)
+            .map(|k| {
+                let mut r = req(&format!("r{k:02}"), 200 + k * 10, 20);
+                r.arrival_ns = k as Nanos * 50_000_000;
+                r.ready_ns = r.arrival_ns;
+                r
+            })
+            .collect();
+        let full = run(&cfg, reqs.clone(), &mut Rng::new(4), 1);
+        let mut events = Vec::new();
+        stream(&cfg, reqs, &mut Rng::new(4), 1, &mut |e| events.push(e));
+        let steps = events
+            .iter()
+            .filter(|e| matches!(e, Event::Step(_)))
+            .count();
+        let first_finished = events
+            .iter()
+            .position(|e| matches!(e, Event::Finished(_)))
+            .unwrap();
+        assert_eq!(steps, full.iterations.len());
+        assert!(
+            first_finished < events.len() / 4,
+            "the first request is handed out at event {first_finished} of {}",
+            events.len()
+        );
+        let mut streamed: Vec<RequestTrace> = events
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Finished(r) => Some(*r),
+                Event::Step(_) => None,
+            })
+            .collect();
+        streamed.sort_by(|a, b| a.request_id.cmp(&b.request_id));
+        assert_eq!(streamed, full.requests);
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod scenarios;
 use app::model::{Nanos, Role};
 
 use crate::fixtures::Rng;
-use engine::{EngineConfig, SimRequest};
+use engine::{EngineConfig, Event, Output, SimRequest};
 use scenarios::{InstanceRun, Truth};
 
 /// Runs synthetic or replayed traffic through one engine instance.
@@ -25,9 +25,39 @@ pub fn traffic(
     reqs: Vec<SimRequest>,
     seed: u64,
 ) -> InstanceRun {
+    let mut output = Output {
+        requests: Vec::new(),
+        iterations: Vec::new(),
+    };
+    traffic_events(profile, reqs, seed, &mut |e| match e {
+        Event::Step(it) => output.iterations.push(it),
+        Event::Finished(r) => output.requests.push(*r),
+    });
+    InstanceRun {
+        resource: scenarios::resource(instance, Role::Colocated),
+        output,
+    }
+}
+
+/// Runs synthetic or replayed traffic through one engine instance, handing out each step and each
+/// finished request, with its words, as the engine produces them (see `stream`).
+pub fn traffic_events(
+    profile: &'static cost::Profile,
+    reqs: Vec<SimRequest>,
+    seed: u64,
+    emit: &mut dyn FnMut(Event),
+) {
     let mut rng = Rng::new(seed);
+    // The words draw from their own generator, so that they do not depend on when requests finish.
+    let mut words = Rng::new(seed ^ 0x5745_5244);
     let cfg = EngineConfig::new(profile);
-    scenarios::simulate_run(instance, Role::Colocated, &cfg, reqs, &mut rng)
+    let first_iteration = 1 + rng.below(1000) * 1000;
+    engine::stream(&cfg, reqs, &mut rng, first_iteration, &mut |mut e| {
+        if let Event::Finished(r) = &mut e {
+            scenarios::give_words(r, scenarios::traffic_ending(&r.request_id), &mut words);
+        }
+        emit(e)
+    });
 }
 
 /// Every named scenario, starting `gap` apart from `start`, with their ground truths.

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use app::model::{EngineKind, FinishReason, KvTransfer, Nanos, Resource, Role};
+use app::model::{EngineKind, FinishReason, KvTransfer, Nanos, RequestTrace, Resource, Role};
 
 use super::content::{self, Ending};
 use super::cost::profile;
@@ -62,7 +62,7 @@ fn req(id: &str, arrival: Nanos, prompt: u32, output: u32) -> SimRequest {
     }
 }
 
-fn resource(instance: &str, role: Role) -> Resource {
+pub fn resource(instance: &str, role: Role) -> Resource {
     Resource {
         engine: EngineKind::Other,
         engine_version: "tokenscope-sim".into(),
@@ -85,15 +85,7 @@ fn simulate(
     let first_iteration = 1 + rng.below(1000) * 1000;
     let mut output = engine::run(cfg, reqs, rng, first_iteration);
     for r in &mut output.requests {
-        if r.finish_reason == FinishReason::Abort {
-            continue;
-        }
-        let ending = endings(&r.request_id);
-        content::fill(&mut r.tokens, ending, rng);
-        r.finish_reason = match ending {
-            Ending::Length => FinishReason::Length,
-            _ => FinishReason::Stop,
-        };
+        give_words(r, endings(&r.request_id), rng);
     }
     InstanceRun {
         resource: resource(instance, role),
@@ -101,22 +93,25 @@ fn simulate(
     }
 }
 
-/// Synthetic or replayed traffic: answers end on a confident EOS, or at max_tokens one time in five.
-pub fn simulate_run(
-    instance: &str,
-    role: Role,
-    cfg: &EngineConfig,
-    reqs: Vec<SimRequest>,
-    rng: &mut Rng,
-) -> InstanceRun {
-    let cut = |id: &str| {
-        if id.bytes().map(u32::from).sum::<u32>() % 5 == 0 {
-            Ending::Length
-        } else {
-            Ending::ConfidentEos
-        }
+/// Fills a finished request's tokens with words and sets how it ended (aborted ones have none).
+pub fn give_words(r: &mut RequestTrace, ending: Ending, rng: &mut Rng) {
+    if r.finish_reason == FinishReason::Abort {
+        return;
+    }
+    content::fill(&mut r.tokens, ending, rng);
+    r.finish_reason = match ending {
+        Ending::Length => FinishReason::Length,
+        _ => FinishReason::Stop,
     };
-    simulate(instance, role, cfg, reqs, rng, &cut)
+}
+
+/// How synthetic or replayed traffic ends: on a confident EOS, or at max_tokens one time in five.
+pub fn traffic_ending(id: &str) -> Ending {
+    if id.bytes().map(u32::from).sum::<u32>() % 5 == 0 {
+        Ending::Length
+    } else {
+        Ending::ConfidentEos
+    }
 }
 
 fn ids(prefix: &str, n: usize) -> Vec<String> {
