@@ -42,16 +42,14 @@ impl Partitions {
         table: &'static str,
         days: impl IntoIterator<Item = i64>,
     ) -> Result<()> {
-        let missing: Vec<i64> = {
+        // A batch spans a day or two: deduplicate before asking the cache, once per day.
+        let mut missing: Vec<i64> = days.into_iter().collect();
+        missing.sort_unstable();
+        missing.dedup();
+        {
             let known = self.known.lock().expect("partition cache poisoned");
-            let mut days: Vec<i64> = days
-                .into_iter()
-                .filter(|d| !known.contains(&(table, *d)))
-                .collect();
-            days.sort_unstable();
-            days.dedup();
-            days
-        };
+            missing.retain(|d| !known.contains(&(table, *d)));
+        }
         for day in missing {
             let name = partition_name(table, day);
             let sql = format!(

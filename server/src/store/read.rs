@@ -293,12 +293,11 @@ impl Store {
                 let mut ids: Vec<u32> = refs.iter().map(|r| r.token_id).collect();
                 ids.sort_unstable();
                 ids.dedup();
-                let vocab = self
-                    .caches
-                    .vocab
-                    .lookup(&self.pool, row.model_id, &ids)
-                    .await?;
-                token_block::fill_vocab(&mut tokens, &refs, &vocab);
+                let vocab = &self.caches.vocab;
+                vocab.load(&self.pool, row.model_id, &ids).await?;
+                vocab.with(row.model_id, |v| {
+                    token_block::fill_vocab(&mut tokens, &refs, |id| v.text(id));
+                });
                 tokens
             }
         };

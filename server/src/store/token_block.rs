@@ -14,9 +14,6 @@
 //! Token texts equal to the model's vocabulary entry are stored as a reference (the vocab table);
 //! only texts that differ are stored inline.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use app::model::{Candidate, Nanos, SpecialToken, Token};
 
 use super::bytes::{Reader, Writer};
@@ -408,9 +405,13 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
 }
 
 /// Puts vocabulary texts into decoded tokens. A missing entry leaves the text `None`.
-pub fn fill_vocab(tokens: &mut [Token], refs: &[VocabRef], vocab: &HashMap<u32, Arc<str>>) {
+pub fn fill_vocab<'v>(
+    tokens: &mut [Token],
+    refs: &[VocabRef],
+    vocab: impl Fn(u32) -> Option<&'v str>,
+) {
     for r in refs {
-        let text = vocab.get(&r.token_id).map(|t| t.to_string());
+        let text = vocab(r.token_id).map(str::to_string);
         match r.candidate {
             None => tokens[r.token].text = text,
             Some(k) => tokens[r.token].candidates[k].text = text,
@@ -421,6 +422,8 @@ pub fn fill_vocab(tokens: &mut [Token], refs: &[VocabRef], vocab: &HashMap<u32, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+    use std::sync::Arc;
 
     fn sample() -> Vec<Token> {
         let base = 1_700_000_000_000_000_000;
@@ -507,7 +510,7 @@ mod tests {
             2,
             "chosen and candidate 'Hello' are stored as vocab references"
         );
-        fill_vocab(&mut back, &refs, &vocab);
+        fill_vocab(&mut back, &refs, |id| vocab.get(&id).map(|s| &**s));
         assert_eq!(back, tokens);
     }
 

@@ -108,10 +108,9 @@ impl Store {
                     .filter_map(|c| c.text.as_deref().zip(c.token_id).map(|(x, id)| (id, x))),
             );
         }
-        let vocab = self
-            .caches
-            .vocab
-            .resolve(&self.pool, model_id, texts.into_iter())
+        let vocab = &self.caches.vocab;
+        vocab
+            .ensure(&self.pool, model_id, texts.into_iter())
             .await?;
         let parts = &self.caches.partitions;
         parts
@@ -131,10 +130,14 @@ impl Store {
                 .await?;
         }
 
-        let mut rows = RequestRows::default();
-        for r in &requests {
-            rows.push(r, |id| vocab.get(&id).map(|s| &**s));
-        }
+        // CPU work under the cache's read lock, with no await inside.
+        let mut rows = vocab.with(model_id, |vocab| {
+            let mut rows = RequestRows::default();
+            for r in &requests {
+                rows.push(r, |id| vocab.text(id));
+            }
+            rows
+        });
         let (first_seen, last_seen) = seen_range(batch);
 
         let mut tx = self.pool.begin().await?;

@@ -1,0 +1,193 @@
+//! Native gRPC ingest: 120 exports of 32 requests × 512 tokens with top-5 candidates (texts and
+//! ids), every 16 requests sharing one iteration record per step, over four instances.
+
+use prost::Message;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::{Bytes, http::uri::PathAndQuery};
+use tonic::transport::Channel;
+
+use tokenscope::fixtures;
+use tokenscope::ingest::native::to_wire;
+use tokenscope::proto::v1;
+
+use super::common::TestApp;
+use super::drive::drive;
+use super::{CONCURRENCY, Run, T0, TOP_K, connect, relation_bytes};
+
+const TOKENS_PER_REQUEST: usize = 512;
+const REQUESTS_PER_BATCH: usize = 32;
+const BATCHES: usize = 120;
+/// Batches sent first, untimed apart: token ids are uniform over a 128k vocabulary, and after
+/// eight batches (780k draws) practically every id has been seen.
+const WARMUP: usize = 8;
+/// Requests decoded together, sharing iterations (a realistic decode batch).
+const GROUP: usize = 16;
+
+fn batch(b: usize) -> v1::ExportRequest {
+    let requests: Vec<_> = (0..REQUESTS_PER_BATCH)
+        .map(|i| {
+            let n = b * REQUESTS_PER_BATCH + i;
+            let arrival = T0 + n as i64 * 37_000_000;
+            let first_iteration = (n / GROUP) as u64 * 1000;
+            // Shaped like vLLM's ids ("cmpl-" + 32 hex digits + "-0"): their length is what
+            // iteration batches would pay for every member of every step.
+            let id = format!(
+                "cmpl-{:032x}-0",
+                (n as u128 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
+            );
+            fixtures::request(
+                &id,
+                arrival,
+                TOKENS_PER_REQUEST,
+                TOP_K,
+                first_iteration,
+                n as u64,
+            )
+        })
+        .collect();
+    let iterations: Vec<_> = requests
+        .chunks(GROUP)
+        .flat_map(|g| fixtures::shared_iterations(g, 2))
+        .collect();
+    let instance = format!("bench-gpu-{}", b % CONCURRENCY);
+    v1::ExportRequest {
+        resource_traces: vec![to_wire(
+            &fixtures::resource(&instance),
+            &requests,
+            &iterations,
+        )],
+    }
+}
+
+/// Sends protobuf bytes as they are and decodes the reply: the client's encoding is done before
+/// the clock starts.
+#[derive(Clone, Copy, Default)]
+struct Prepared;
+
+impl Codec for Prepared {
+    type Encode = Bytes;
+    type Decode = v1::ExportResponse;
+    type Encoder = Self;
+    type Decoder = Self;
+    fn encoder(&mut self) -> Self {
+        Self
+    }
+    fn decoder(&mut self) -> Self {
+        Self
+    }
+}
+
+impl Encoder for Prepared {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        use prost::bytes::BufMut;
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for Prepared {
+    type Item = v1::ExportResponse;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut DecodeBuf<'_>,
+    ) -> Result<Option<v1::ExportResponse>, tonic::Status> {
+        v1::ExportResponse::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}
+
+/// Sends `WARMUP` batches while the server has not seen the model's vocabulary yet (cold), then
+/// `BATCHES` more (warm, the steady state of a server that has run a while).
+pub async fn run(app: &TestApp) -> (Run, Run) {
+    let url = format!("http://{}", app.running.grpc_addr);
+    let cold = send(&url, 0..WARMUP).await;
+    let warm = send(&url, WARMUP..WARMUP + BATCHES).await;
+    let (_, stored) = app.running.store.token_storage().await.unwrap();
+    assert_eq!(
+        stored as usize,
+        cold.tokens + warm.tokens,
+        "every token sent was stored"
+    );
+    (cold, warm)
+}
+
+async fn send(url: &str, batches: std::ops::Range<usize>) -> Run {
+    let tokens = batches.len() * REQUESTS_PER_BATCH * TOKENS_PER_REQUEST;
+    let bodies: Vec<Bytes> = batches
+        .map(|b| Bytes::from(batch(b).encode_to_vec()))
+        .collect();
+    drive(
+        tokens,
+        bodies,
+        CONCURRENCY,
+        || {
+            Channel::from_shared(url.to_string())
+                .unwrap()
+                .connect_lazy()
+        },
+        |channel, body| async move {
+            let mut grpc = tonic::client::Grpc::new(channel.clone());
+            grpc.ready().await.unwrap();
+            let path = PathAndQuery::from_static("/tokenscope.v1.TraceIngest/Export");
+            let reply = grpc
+                .unary(tonic::Request::new(body), path, Prepared)
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(reply.accepted_requests as usize, REQUESTS_PER_BATCH);
+            channel
+        },
+    )
+    .await
+}
+
+/// Bytes per token and per iteration of what the native run stored.
+pub struct Storage {
+    tokens: f64,
+    block_bytes: f64,
+    table_bytes: f64,
+    iteration_bytes: f64,
+    key_bytes: f64,
+}
+
+pub async fn storage(app: &TestApp, tokens: usize) -> Storage {
+    let (block_bytes, _) = app.running.store.token_storage().await.unwrap();
+    let mut conn = connect(&app.database_url).await;
+    Storage {
+        tokens: tokens as f64,
+        block_bytes: block_bytes as f64,
+        table_bytes: relation_bytes(&mut conn, "requests").await as f64,
+        iteration_bytes: relation_bytes(&mut conn, "iterations").await as f64,
+        key_bytes: relation_bytes(&mut conn, "request_keys").await as f64,
+    }
+}
+
+impl Storage {
+    pub fn print(&self) {
+        println!(
+            "storage of the native run, top-{TOP_K} candidates and token texts (vocabulary shared per model):"
+        );
+        println!(
+            "  token blocks          {:>10.2} bytes/token",
+            self.block_bytes / self.tokens
+        );
+        println!(
+            "  requests table total  {:>10.2} bytes/token (rows, TOAST, indexes)",
+            self.table_bytes / self.tokens
+        );
+        let iterations = self.tokens / GROUP as f64;
+        println!(
+            "  iterations table      {:>10.0} bytes/iteration (batch of {GROUP}; {:.2} bytes/token)",
+            self.iteration_bytes / iterations,
+            self.iteration_bytes / self.tokens
+        );
+        println!(
+            "  request keys          {:>10.0} bytes/request (the ids iteration batches refer to)",
+            self.key_bytes / (self.tokens / TOKENS_PER_REQUEST as f64)
+        );
+    }
+}
