@@ -2,13 +2,13 @@
 //! ids), every 16 requests sharing one iteration record per step, over four instances.
 
 use prost::Message;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::codegen::{Bytes, http::uri::PathAndQuery};
+use tonic::codegen::Bytes;
 use tonic::transport::Channel;
 
 use tokenscope::fixtures;
 use tokenscope::ingest::native::to_wire;
 use tokenscope::proto::v1;
+use tokenscope::sim::encoded;
 
 use super::common::TestApp;
 use super::drive::drive;
@@ -59,47 +59,6 @@ fn batch(b: usize) -> v1::ExportRequest {
     }
 }
 
-/// Sends protobuf bytes as they are and decodes the reply: the client's encoding is done before
-/// the clock starts.
-#[derive(Clone, Copy, Default)]
-struct Prepared;
-
-impl Codec for Prepared {
-    type Encode = Bytes;
-    type Decode = v1::ExportResponse;
-    type Encoder = Self;
-    type Decoder = Self;
-    fn encoder(&mut self) -> Self {
-        Self
-    }
-    fn decoder(&mut self) -> Self {
-        Self
-    }
-}
-
-impl Encoder for Prepared {
-    type Item = Bytes;
-    type Error = tonic::Status;
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        use prost::bytes::BufMut;
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for Prepared {
-    type Item = v1::ExportResponse;
-    type Error = tonic::Status;
-    fn decode(
-        &mut self,
-        src: &mut DecodeBuf<'_>,
-    ) -> Result<Option<v1::ExportResponse>, tonic::Status> {
-        v1::ExportResponse::decode(src)
-            .map(Some)
-            .map_err(|e| tonic::Status::internal(e.to_string()))
-    }
-}
-
 /// Sends `WARMUP` batches while the server has not seen the model's vocabulary yet (cold), then
 /// `BATCHES` more (warm, the steady state of a server that has run a while).
 pub async fn run(app: &TestApp) -> (Run, Run) {
@@ -130,14 +89,7 @@ async fn send(url: &str, batches: std::ops::Range<usize>) -> Run {
                 .connect_lazy()
         },
         |channel, body| async move {
-            let mut grpc = tonic::client::Grpc::new(channel.clone());
-            grpc.ready().await.unwrap();
-            let path = PathAndQuery::from_static("/tokenscope.v1.TraceIngest/Export");
-            let reply = grpc
-                .unary(tonic::Request::new(body), path, Prepared)
-                .await
-                .unwrap()
-                .into_inner();
+            let reply = encoded::export(channel.clone(), body).await.unwrap();
             assert_eq!(reply.accepted_requests as usize, REQUESTS_PER_BATCH);
             channel
         },

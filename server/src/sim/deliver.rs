@@ -4,26 +4,30 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use prost::Message;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
+use tonic::codegen::Bytes;
+use tonic::transport::Channel;
 
 use app::model::{Iteration, Nanos, RequestTrace, Resource};
 
 use crate::error::{Error, Result};
 use crate::ingest::native::to_wire;
-use crate::proto::v1::{self, trace_ingest_client::TraceIngestClient};
+use crate::proto::v1;
 
+use super::encoded;
 use super::engine::Event;
 use super::scenarios::InstanceRun;
 
 /// A batch closes at whichever comes first; the bounds keep a batch a few MB on the wire.
 const REQUESTS_PER_BATCH: usize = 64;
-const TOKENS_PER_BATCH: usize = 32_768;
+const TOKENS_PER_BATCH: usize = 16_384;
 const ITERATIONS_PER_BATCH: usize = 4000;
 const ENTRIES_PER_BATCH: usize = 65_536;
 const IN_FLIGHT: usize = 4;
 /// Batches the simulator may run ahead of the sender.
-const QUEUED: usize = 4;
+const QUEUED: usize = 2;
 const ATTEMPTS: u32 = 6;
 
 /// A batch and the simulated time by which all it reports had happened.
@@ -241,10 +245,11 @@ pub async fn send_stream(
     speed: f64,
     progress: bool,
 ) -> Result<Delivered> {
-    let client = TraceIngestClient::connect(url.to_string())
+    let channel = Channel::from_shared(url.to_string())
+        .map_err(|e| Error::InvalidArgument(format!("{url:?} is not a gRPC address: {e}")))?
+        .connect()
         .await
-        .map_err(|e| Error::Unavailable(format!("cannot connect to {url}: {e}")))?
-        .max_encoding_message_size(256 << 20);
+        .map_err(|e| Error::Unavailable(format!("cannot connect to {url}: {e}")))?;
     let started = Instant::now();
     let mut stats = Delivered::default();
     let mut sim_start = None;
@@ -262,13 +267,15 @@ pub async fn send_stream(
                     tokio::time::sleep(wait).await;
                 }
             }
-            let mut client = client.clone();
+            let channel = channel.clone();
+            let tokens = tokens_in(&batch);
+            let body = Bytes::from(batch.encode_to_vec());
+            drop(batch);
             in_flight.spawn(async move {
-                let tokens = tokens_in(&batch);
                 let mut attempt = 0;
                 loop {
-                    match client.export(batch.clone()).await {
-                        Ok(reply) => return Ok((reply.into_inner(), tokens)),
+                    match encoded::export(channel.clone(), body.clone()).await {
+                        Ok(reply) => return Ok((reply, tokens)),
                         // Backpressure or a passing failure: the same batch is safe to resend.
                         Err(s)
                             if matches!(
@@ -324,4 +331,62 @@ pub fn write(path: &std::path::Path, batches: impl IntoIterator<Item = Timed>) -
         writeln!(w, "{line}").map_err(|e| Error::Internal(e.to_string()))?;
     }
     w.flush().map_err(|e| Error::Internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use app::model::{BatchEntry, Phase, Role};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_streamed_simulation_waits_for_its_sender_instead_of_running_ahead() {
+        const STEPS: usize = 10 * ITERATIONS_PER_BATCH;
+        let emitted = Arc::new(AtomicUsize::new(0));
+        let counter = emitted.clone();
+        let resource = super::super::scenarios::resource("gpu", Role::Colocated);
+        let (mut rx, simulation) = stream(resource, move |emit| {
+            for k in 0..STEPS {
+                counter.fetch_add(1, Ordering::SeqCst);
+                emit(Event::Step(Iteration {
+                    iteration_id: k as u64,
+                    start_ns: k as Nanos,
+                    end_ns: k as Nanos + 1,
+                    batch: vec![BatchEntry {
+                        request_id: "r".into(),
+                        phase: Phase::Decode,
+                        tokens: 1,
+                        prefill_offset: 0,
+                    }],
+                    running: 1,
+                    waiting: 0,
+                    kv_cache_usage: 0.5,
+                }));
+            }
+        });
+        // Nobody reads yet: the simulation must come to rest with a few batches queued.
+        let mut last = usize::MAX;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = emitted.load(Ordering::SeqCst);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        assert!(
+            last <= (QUEUED + 2) * ITERATIONS_PER_BATCH,
+            "ran {last} of {STEPS} steps ahead of its sender"
+        );
+        let mut batches = 0;
+        while rx.recv().await.is_some() {
+            batches += 1;
+        }
+        simulation.await.unwrap();
+        assert_eq!(emitted.load(Ordering::SeqCst), STEPS);
+        assert_eq!(batches, STEPS / ITERATIONS_PER_BATCH);
+    }
 }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod content;
 pub mod cost;
 pub mod deliver;
+pub mod encoded;
 pub mod engine;
 pub mod load;
 pub mod scenarios;
