@@ -5,6 +5,10 @@
 //! writes, on one thread. Prints figures; asserts nothing. `cargo bench -p tokenscope --bench otlp`
 //! (also run by `scripts/bench ingest`).
 
+/// The allocator the `tokenscope` binary runs with (`server/src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "support/vllm_spans.rs"]
 mod vllm_spans;
 

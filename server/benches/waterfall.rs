@@ -5,6 +5,10 @@
 //! Run with `scripts/bench` (it runs every bench) or `cargo bench -p tokenscope --bench waterfall`
 //! with TOKENSCOPE_TEST_DATABASE_URL set.
 
+/// The allocator the `tokenscope` binary runs with (`server/src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "../tests/it/common/mod.rs"]
 #[allow(dead_code)] // the benches use only part of the test harness
 mod common;

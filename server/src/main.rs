@@ -3,6 +3,11 @@
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc rather than glibc's malloc: ingest allocates and frees millions of small strings a
+/// second (token texts, candidates), and this halved the server's CPU per OTLP token.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Rendering a page walks its view tree recursively; the largest (an incident holding a
 /// request's whole page) needs more than the default 2 MiB of stack in debug builds.
 const WORKER_STACK_BYTES: usize = 16 << 20;

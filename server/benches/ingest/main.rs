@@ -15,6 +15,10 @@ mod common;
 #[path = "../support/vllm_spans.rs"]
 mod vllm_spans;
 
+/// The allocator the `tokenscope` binary runs with (`server/src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod copy_limit;
 mod cpu;
 mod drive;
