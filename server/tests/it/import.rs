@@ -105,6 +105,70 @@ async fn trtllm_perf_metrics_over_http() {
     assert!(kinds.iter().any(|k| k == "kv_transfer"), "{kinds:?}");
 }
 
+/// A worker record as current TensorRT-LLM writes it: steps in `time_breakdown_metrics` beside
+/// `perf_metrics`, on the worker's own clock (here 300,000 s ahead of `timing_metrics`).
+#[tokio::test]
+async fn trtllm_worker_record_with_steps_beside_perf_metrics_on_another_clock() {
+    let app = spawn_app().await;
+    let resp = import(
+        &app,
+        &format!("format=trtllm-perf-metrics&instance=gen-4&model=llama&clock_offset_s={OFFSET}"),
+        "trtllm/perf_metrics_worker_record.json",
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let reply: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(reply["accepted_requests"], 1, "{reply}");
+    assert!(
+        reply["warnings"].as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("1 requests report their steps on another clock")),
+        "{reply}"
+    );
+    let d = app.get_json("/api/v1/requests/2001?instance=gen-4").await;
+    assert_eq!(d["arrival_ns"], T0);
+    assert_eq!(
+        d["output_tokens"], 5,
+        "the context phase's token and four steps"
+    );
+    assert!(close(&d["ttft_ms"], 60.0), "{}", d["ttft_ms"]);
+    assert!(close(&d["tpot_ms"], 30.0), "{}", d["tpot_ms"]);
+    let tokens = d["tokens"].as_array().unwrap();
+    let latencies: Vec<f64> = tokens
+        .iter()
+        .map(|t| t["latency_ms"].as_f64().unwrap())
+        .collect();
+    assert!(
+        latencies[1..].iter().all(|l| (l - 30.0).abs() < 1e-3),
+        "{latencies:?}"
+    );
+    let prefill: Vec<_> = d["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "prefill")
+        .collect();
+    assert_eq!(prefill.len(), 1);
+    assert_eq!(
+        prefill[0]["start_ns"],
+        T0 + 10_000_000,
+        "the chunk moved onto the request's clock: {prefill:?}"
+    );
+    // It has `time_breakdown_metrics` like a perf-time-events line, and is still told apart.
+    let reply: serde_json::Value = import(
+        &app,
+        &format!("instance=gen-5&clock_offset_s={OFFSET}"),
+        "trtllm/perf_metrics_worker_record.json",
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(reply["format"], "trtllm-perf-metrics", "{reply}");
+    assert_eq!(reply["accepted_requests"], 1, "{reply}");
+}
+
 #[tokio::test]
 async fn trtllm_iteration_log_from_the_command_line() {
     let app = spawn_app().await;

@@ -1,10 +1,13 @@
-//! TensorRT-LLM request performance records: `GET /perf_metrics` (items with `perf_metrics`:
-//! `timing_metrics`, `kv_cache_metrics`, optional `step_metrics` / `ctx_chunk_metrics`), and the
+//! TensorRT-LLM request performance records: `GET /perf_metrics` (worker records: `perf_metrics`
+//! with `timing_metrics`, and `step_metrics` / `ctx_chunk_metrics`), and the
 //! perf-time-events JSONL (`time_breakdown_metrics` + `request_timing_metrics`) whose per-step
 //! entries carry the batch context (`iter_counter`, `iter_batch_size`, `num_ctx_requests`, …).
 //!
 //! Times are steady-clock seconds. Token ids are not reported, so tokens carry times and batch
-//! load only.
+//! load only. Current TensorRT-LLM puts a worker record's steps in `time_breakdown_metrics`
+//! beside `perf_metrics` (`tensorrt_llm/serve/_perf_metrics_schema.py`); older versions put them
+//! inside `perf_metrics`. Both are read. A step's `iter` is the request's own step index; only
+//! the perf-time-events log names the engine's iteration (`iter_counter`).
 
 use std::collections::BTreeMap;
 
@@ -57,6 +60,11 @@ pub fn perf_metrics(text: &str, opts: &Options) -> Result<Imported> {
         .map(|located| {
             let v = &located.value;
             let pm = v.get("perf_metrics").unwrap_or(v);
+            let breakdown = |key: &str| {
+                v.get("time_breakdown_metrics")
+                    .and_then(|t| t.get(key))
+                    .or(pm.get(key))
+            };
             Record {
                 label: located.at.clone(),
                 request_id: id_string(v.get("request_id")).unwrap_or_default(),
@@ -65,8 +73,8 @@ pub fn perf_metrics(text: &str, opts: &Options) -> Result<Imported> {
                     .get("timing_metrics")
                     .and_then(Value::as_object)
                     .unwrap_or(&EMPTY_MAP),
-                steps: list(pm.get("step_metrics")),
-                chunks: list(pm.get("ctx_chunk_metrics")),
+                steps: list(breakdown("step_metrics")),
+                chunks: list(breakdown("ctx_chunk_metrics")),
                 first_iter: pm.get("first_iter").and_then(Value::as_i64),
                 last_iter: pm.get("last_iter").and_then(Value::as_i64),
                 accepted_draft: pm
@@ -161,12 +169,23 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
     };
     let mut iterations: BTreeMap<u64, Iteration> = BTreeMap::new();
     let mut estimated = 0;
+    let mut reanchored = 0;
     for rec in &records {
         let label = format!("{} (request_id {:?})", rec.label, rec.request_id);
-        match request(rec, &ns, &mut iterations, &mut estimated) {
+        let shift = step_clock_shift(rec);
+        reanchored += usize::from(shift != 0.0);
+        let step_ns = |s: f64| ns(s + shift);
+        match request(rec, &ns, &step_ns, &mut iterations, &mut estimated) {
             Ok(r) => batch.requests.push(Item { label, value: r }),
             Err(e) => out.decoded.reject(ItemKind::Request, &label, e),
         }
+    }
+    if reanchored > 0 {
+        out.warnings.push(format!(
+            "{reanchored} requests report their steps on another clock than their timing_metrics \
+             (a worker's own monotonic clock): their step times were shifted so that the last step \
+             ends at last_token_time"
+        ));
     }
     if estimated > 0 {
         out.warnings.push(format!(
@@ -189,9 +208,34 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
     out
 }
 
+/// How far a record's step and chunk clock lies from its `timing_metrics` clock, in seconds.
+///
+/// TensorRT-LLM takes step times from the worker process's monotonic clock, whose origin may
+/// differ from the request times' by a constant (its own perf tooling measured offsets from a
+/// second to days across the workers of one multi-node run). The last step produced the last
+/// token, so when the two disagree by more than a step could explain, the steps are moved onto
+/// the request's clock; within the same clock they agree to a few milliseconds.
+fn step_clock_shift(rec: &Record) -> f64 {
+    const SAME_CLOCK_S: f64 = 0.05;
+    let last_step = rec
+        .steps
+        .iter()
+        .chain(rec.chunks)
+        .filter_map(step_end)
+        .fold(f64::MIN, f64::max);
+    let last_token = ["last_token_time", "first_token_time"]
+        .iter()
+        .find_map(|k| rec.timing.get(*k)?.as_f64().filter(|t| *t > 0.0));
+    match last_token {
+        Some(t) if last_step > 0.0 && (t - last_step).abs() > SAME_CLOCK_S => t - last_step,
+        _ => 0.0,
+    }
+}
+
 fn request(
     rec: &Record,
     ns: &impl Fn(f64) -> Nanos,
+    step_ns: &impl Fn(f64) -> Nanos,
     iterations: &mut BTreeMap<u64, Iteration>,
     estimated: &mut usize,
 ) -> Result<RequestTrace, FieldError> {
@@ -234,8 +278,8 @@ fn request(
         let tokens_in_chunk = u(c, "req_context_token_number").unwrap_or(0);
         let iteration = u(c, "iter_counter");
         prefill_chunks.push(PrefillChunk {
-            start_ns: ns(start),
-            end_ns: ns(end),
+            start_ns: step_ns(start),
+            end_ns: step_ns(end),
             tokens: tokens_in_chunk,
             iteration: iteration.map(u64::from),
         });
@@ -247,8 +291,8 @@ fn request(
         };
         note(
             iteration,
-            ns(start),
-            ns(end),
+            step_ns(start),
+            step_ns(end),
             entry,
             u(c, "iter_batch_size"),
         );
@@ -272,12 +316,13 @@ fn request(
     }
     for s in rec.steps {
         let Some(end) = step_end(s) else { continue };
-        let start = f(s, "forward_start_time").map(ns);
+        let end_ns = step_ns(end);
+        let start = f(s, "forward_start_time").map(step_ns);
         let n = u(s, "req_generation_token_number").unwrap_or(1).max(1);
         let iteration = u(s, "iter_counter");
         for _ in 0..n {
             tokens.push(Token {
-                emitted_ns: Some(ns(end)),
+                emitted_ns: Some(end_ns),
                 scheduled_ns: start,
                 iteration: iteration.map(u64::from),
                 batch_size: u(s, "iter_batch_size"),
@@ -292,8 +337,8 @@ fn request(
         };
         note(
             iteration,
-            start.unwrap_or(ns(end)),
-            ns(end),
+            start.unwrap_or(end_ns),
+            end_ns,
             entry,
             u(s, "iter_batch_size"),
         );
