@@ -169,6 +169,86 @@ async fn trtllm_worker_record_with_steps_beside_perf_metrics_on_another_clock() 
     assert_eq!(reply["accepted_requests"], 1, "{reply}");
 }
 
+/// The disaggregated server's records: each request's context part on its context worker and
+/// its generation part on its generation worker, with the KV transfer between, under one id.
+#[tokio::test]
+async fn trtllm_disaggregated_records_import_as_prefill_and_decode_parts() {
+    let app = spawn_app().await;
+    let resp = import(
+        &app,
+        &format!("model=llama&clock_offset_s={OFFSET}"),
+        "trtllm/perf_metrics_disagg.json",
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let reply: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(reply["format"], "trtllm-perf-metrics", "{reply}");
+    assert_eq!(
+        reply["accepted_requests"], 4,
+        "two requests, two parts each: {reply}"
+    );
+    assert_eq!(reply["rejected_requests"], 0, "{reply}");
+
+    let ctx = app
+        .get_json("/api/v1/requests/7001?instance=ctx-0:8001")
+        .await;
+    assert_eq!(ctx["role"], "prefill", "{ctx}");
+    assert_eq!(
+        ctx["arrival_ns"], T0,
+        "the client's arrival at the disaggregated server"
+    );
+    assert!(close(&ctx["ttft_ms"], 70.0), "{}", ctx["ttft_ms"]);
+    let decode = app
+        .get_json("/api/v1/requests/7001?instance=gen-0:8002")
+        .await;
+    assert_eq!(decode["role"], "decode", "{decode}");
+    assert_eq!(decode["arrival_ns"], T0);
+    assert_eq!(decode["output_tokens"], 5, "{decode}");
+    assert!(close(&decode["tpot_ms"], 30.0), "{}", decode["tpot_ms"]);
+    let kinds = stage_kinds(&decode, "stages");
+    assert!(kinds.iter().any(|k| k == "kv_transfer"), "{kinds:?}");
+
+    let causes = |d: serde_json::Value| -> Vec<String> {
+        d["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["cause"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let slow = app
+        .get_json("/api/v1/requests/7001/diagnosis?instance=gen-0:8002")
+        .await;
+    assert!(
+        causes(slow.clone()).contains(&"kv_transfer_slow".to_string()),
+        "{slow}"
+    );
+    let fast = app
+        .get_json("/api/v1/requests/7002/diagnosis?instance=gen-0:8002")
+        .await;
+    assert!(
+        !causes(fast.clone()).contains(&"kv_transfer_slow".to_string()),
+        "{fast}"
+    );
+
+    // A record that names its servers but lacks the rest says what is wrong.
+    let resp = app
+        .client
+        .post(format!(
+            "{}/api/v1/import?format=trtllm-perf-metrics",
+            app.http
+        ))
+        .body(r#"[{"ctx_server": "a", "gen_server": "b"}]"#)
+        .send()
+        .await
+        .unwrap();
+    let reply: serde_json::Value = resp.json().await.unwrap();
+    assert!(
+        reply.to_string().contains("disagg_server_arrival_time"),
+        "{reply}"
+    );
+}
+
 #[tokio::test]
 async fn trtllm_iteration_log_from_the_command_line() {
     let app = spawn_app().await;

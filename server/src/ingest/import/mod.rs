@@ -64,7 +64,7 @@ impl Format {
         let has = |k: &str| first.value.get(k).is_some();
         if has("choices") {
             Ok(Self::Openai)
-        } else if has("perf_metrics") || has("timing_metrics") {
+        } else if has("perf_metrics") || has("timing_metrics") || has("ctx_server") {
             Ok(Self::TrtllmPerfMetrics)
         } else if has("time_breakdown_metrics") || has("request_timing_metrics") {
             Ok(Self::TrtllmIterationLog)

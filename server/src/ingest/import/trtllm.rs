@@ -1,5 +1,6 @@
 //! TensorRT-LLM request performance records: `GET /perf_metrics` (worker records: `perf_metrics`
-//! with `timing_metrics`, and `step_metrics` / `ctx_chunk_metrics`), and the
+//! with `timing_metrics`, and `step_metrics` / `ctx_chunk_metrics`; the disaggregated server's
+//! records, a worker record for each part), and the
 //! perf-time-events JSONL (`time_breakdown_metrics` + `request_timing_metrics`) whose per-step
 //! entries carry the batch context (`iter_counter`, `iter_batch_size`, `num_ctx_requests`, …).
 //!
@@ -11,11 +12,12 @@
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use app::model::{
     BatchEntry, EngineKind, FinishReason, Iteration, KvTransfer, Nanos, Phase, PrefillChunk,
-    RequestTrace, Token,
+    RequestTrace, Role, Token,
     validate::{self, FieldError},
 };
 
@@ -27,6 +29,8 @@ use crate::ingest::{Item, ItemKind, ResourceBatch, normalize};
 struct Record<'a> {
     label: String,
     request_id: String,
+    /// Where a disaggregated request's part ran; `None`: the import's own instance.
+    part: Option<Part>,
     rank: i64,
     timing: &'a serde_json::Map<String, Value>,
     steps: &'a [Value],
@@ -53,38 +57,114 @@ fn list(v: Option<&Value>) -> &[Value] {
         .unwrap_or(&[])
 }
 
+/// One part of a disaggregated request: the worker that ran it, and the client's arrival at the
+/// disaggregated server, which both parts share.
+#[derive(Clone)]
+struct Part {
+    instance: String,
+    role: Role,
+    client_arrival: f64,
+}
+
+/// `DisaggPerfMetricsRecord` (`tensorrt_llm/serve/_perf_metrics_schema.py`): a request as the
+/// disaggregated server saw it. Its `ctx_perf_metrics` and `gen_perf_metrics` are worker records
+/// (`WorkerPerfMetrics`), read like the records of a single worker.
+#[derive(Deserialize)]
+struct DisaggRecord {
+    ctx_server: String,
+    gen_server: String,
+    disagg_server_arrival_time: f64,
+    #[serde(default)]
+    disagg_request_id: Option<u64>,
+}
+
+impl DisaggRecord {
+    /// The context (prefill) and generation (decode) parts, under one request id.
+    fn parts<'a>(&self, at: &str, v: &'a Value) -> Vec<Record<'a>> {
+        let sides = [
+            ("ctx_perf_metrics", &self.ctx_server, Role::Prefill),
+            ("gen_perf_metrics", &self.gen_server, Role::Decode),
+        ];
+        let mut parts: Vec<Record> = sides
+            .into_iter()
+            .filter_map(|(key, server, role)| {
+                let part = Part {
+                    instance: server.clone(),
+                    role,
+                    client_arrival: self.disagg_server_arrival_time,
+                };
+                Some(worker(format!("{at}.{key}"), v.get(key)?, Some(part)))
+            })
+            .collect();
+        // The workers number the request each their own way; the disaggregated server's id, or
+        // else the context worker's, names both parts.
+        let shared = self
+            .disagg_request_id
+            .map(|id| id.to_string())
+            .or_else(|| parts.first().map(|p| p.request_id.clone()))
+            .unwrap_or_default();
+        for p in &mut parts {
+            p.request_id.clone_from(&shared);
+        }
+        parts
+    }
+}
+
 pub fn perf_metrics(text: &str, opts: &Options) -> Result<Imported> {
     let values = json_values(text)?;
-    let records = values
-        .iter()
-        .map(|located| {
-            let v = &located.value;
-            let pm = v.get("perf_metrics").unwrap_or(v);
-            let breakdown = |key: &str| {
-                v.get("time_breakdown_metrics")
-                    .and_then(|t| t.get(key))
-                    .or(pm.get(key))
-            };
-            Record {
-                label: located.at.clone(),
-                request_id: id_string(v.get("request_id")).unwrap_or_default(),
-                rank: 0,
-                timing: pm
-                    .get("timing_metrics")
-                    .and_then(Value::as_object)
-                    .unwrap_or(&EMPTY_MAP),
-                steps: list(breakdown("step_metrics")),
-                chunks: list(breakdown("ctx_chunk_metrics")),
-                first_iter: pm.get("first_iter").and_then(Value::as_i64),
-                last_iter: pm.get("last_iter").and_then(Value::as_i64),
-                accepted_draft: pm
-                    .pointer("/speculative_decoding/total_accepted_draft_tokens")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0),
+    let mut records = Vec::new();
+    let mut refused = Vec::new();
+    for located in &values {
+        let v = &located.value;
+        if v.get("ctx_server").is_some() || v.get("gen_server").is_some() {
+            match DisaggRecord::deserialize(v) {
+                Ok(d) => records.extend(d.parts(&located.at, v)),
+                Err(e) => refused.push((
+                    located.at.clone(),
+                    FieldError::new(
+                        "the record",
+                        format!("is not a DisaggPerfMetricsRecord: {e}"),
+                    ),
+                )),
             }
-        })
-        .collect();
-    Ok(map(records, opts))
+        } else {
+            records.push(worker(located.at.clone(), v, None));
+        }
+    }
+    let mut out = map(records, opts);
+    for (label, e) in refused {
+        out.decoded.reject(ItemKind::Request, &label, e);
+    }
+    Ok(out)
+}
+
+/// A `WorkerPerfMetrics` record: `perf_metrics` with its `timing_metrics`, and the steps in
+/// `time_breakdown_metrics` beside it (or, in older versions, inside `perf_metrics`).
+fn worker(label: String, v: &Value, part: Option<Part>) -> Record<'_> {
+    let pm = v.get("perf_metrics").unwrap_or(v);
+    let breakdown = |key: &str| {
+        v.get("time_breakdown_metrics")
+            .and_then(|t| t.get(key))
+            .or(pm.get(key))
+    };
+    Record {
+        label,
+        request_id: id_string(v.get("request_id")).unwrap_or_default(),
+        part,
+        rank: 0,
+        timing: pm
+            .get("timing_metrics")
+            .and_then(Value::as_object)
+            .unwrap_or(&EMPTY_MAP),
+        steps: list(breakdown("step_metrics")),
+        chunks: list(breakdown("ctx_chunk_metrics")),
+        first_iter: pm.get("first_iter").and_then(Value::as_i64),
+        last_iter: pm.get("last_iter").and_then(Value::as_i64),
+        accepted_draft: pm
+            .pointer("/speculative_decoding/total_accepted_draft_tokens")
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+    }
 }
 
 pub fn iteration_log(text: &str, opts: &Options) -> Result<Imported> {
@@ -97,6 +177,7 @@ pub fn iteration_log(text: &str, opts: &Options) -> Result<Imported> {
             Record {
                 label: located.at.clone(),
                 request_id: id_string(v.get("request_id")).unwrap_or_default(),
+                part: None,
                 rank: v.get("rank").and_then(Value::as_i64).unwrap_or(0),
                 timing: v
                     .get("request_timing_metrics")
@@ -135,7 +216,10 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
     // Every tensor-parallel rank writes the same request; keep the lowest rank's record.
     records.sort_by_key(|r| r.rank);
     let mut seen = std::collections::HashSet::new();
-    records.retain(|r| r.request_id.is_empty() || seen.insert(r.request_id.clone()));
+    records.retain(|r| {
+        let instance = r.part.as_ref().map(|p| p.instance.clone());
+        r.request_id.is_empty() || seen.insert((r.request_id.clone(), instance))
+    });
 
     let latest = records
         .iter()
@@ -162,12 +246,8 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
     };
     let ns = |s: f64| (s * 1e9).round() as Nanos + offset_ns;
 
-    let mut batch = ResourceBatch {
-        resource: resource(opts, EngineKind::Trtllm, None),
-        requests: Vec::new(),
-        iterations: Vec::new(),
-    };
-    let mut iterations: BTreeMap<u64, Iteration> = BTreeMap::new();
+    // One batch per instance: the import's own, and each worker of a disaggregated request.
+    let mut batches: Vec<(ResourceBatch, BTreeMap<u64, Iteration>)> = Vec::new();
     let mut estimated = 0;
     let mut reanchored = 0;
     for rec in &records {
@@ -175,7 +255,28 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
         let shift = step_clock_shift(rec);
         reanchored += usize::from(shift != 0.0);
         let step_ns = |s: f64| ns(s + shift);
-        match request(rec, &ns, &step_ns, &mut iterations, &mut estimated) {
+        let mut own = resource(opts, EngineKind::Trtllm, None);
+        if let Some(p) = &rec.part {
+            own.instance_id.clone_from(&p.instance);
+            own.role = p.role;
+        }
+        let k = match batches
+            .iter()
+            .position(|(b, _)| b.resource.instance_id == own.instance_id)
+        {
+            Some(k) => k,
+            None => {
+                let batch = ResourceBatch {
+                    resource: own,
+                    requests: Vec::new(),
+                    iterations: Vec::new(),
+                };
+                batches.push((batch, BTreeMap::new()));
+                batches.len() - 1
+            }
+        };
+        let (batch, iterations) = &mut batches[k];
+        match request(rec, &ns, &step_ns, iterations, &mut estimated) {
             Ok(r) => batch.requests.push(Item { label, value: r }),
             Err(e) => out.decoded.reject(ItemKind::Request, &label, e),
         }
@@ -193,18 +294,20 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
              from first_iter/last_iter and accepted draft tokens, and they have no per-token times"
         ));
     }
-    for (id, it) in iterations {
-        match validate::iteration(&it) {
-            Ok(()) => batch.iterations.push(Item {
-                label: format!("iteration {id}"),
-                value: it,
-            }),
-            Err(e) => out
-                .decoded
-                .reject(ItemKind::Iteration, &format!("iteration {id}"), e),
+    for (mut batch, iterations) in batches {
+        for (id, it) in iterations {
+            match validate::iteration(&it) {
+                Ok(()) => batch.iterations.push(Item {
+                    label: format!("iteration {id}"),
+                    value: it,
+                }),
+                Err(e) => out
+                    .decoded
+                    .reject(ItemKind::Iteration, &format!("iteration {id}"), e),
+            }
         }
+        out.decoded.batches.push(batch);
     }
-    out.decoded.batches.push(batch);
     out
 }
 
@@ -244,7 +347,9 @@ fn request(
     }
     let timing = Value::Object(rec.timing.clone());
     let t = |key: &str| f(&timing, key).map(ns);
-    let arrival = t("server_arrival_time")
+    let client_arrival = rec.part.as_ref().map(|p| ns(p.client_arrival));
+    let arrival = client_arrival
+        .or(t("server_arrival_time"))
         .or(t("arrival_time"))
         .ok_or_else(|| FieldError::new("timing_metrics.arrival_time", "is missing"))?;
     let first_token = t("first_token_time");
@@ -361,7 +466,10 @@ fn request(
     let mut r = RequestTrace {
         request_id: rec.request_id.clone(),
         arrival_ns: arrival,
-        queued_ns: t("server_arrival_time").and(t("arrival_time")),
+        // The worker's own arrival, when the request reached something before it.
+        queued_ns: client_arrival
+            .or(t("server_arrival_time"))
+            .and(t("arrival_time")),
         first_scheduled_ns: first_scheduled,
         first_token_ns: first_token,
         finished_ns: finished,
