@@ -207,6 +207,14 @@ async fn trtllm_disaggregated_records_import_as_prefill_and_decode_parts() {
     assert!(close(&decode["tpot_ms"], 30.0), "{}", decode["tpot_ms"]);
     let kinds = stage_kinds(&decode, "stages");
     assert!(kinds.iter().any(|k| k == "kv_transfer"), "{kinds:?}");
+    assert!(
+        !kinds.iter().any(|k| k == "prefill"),
+        "the decode part ran no prefill: {kinds:?}"
+    );
+    assert!(
+        !reply["warnings"].to_string().contains("estimated"),
+        "a context part's single token is not an estimate: {reply}"
+    );
 
     let causes = |d: serde_json::Value| -> Vec<String> {
         d["findings"]

@@ -403,7 +403,16 @@ fn request(
         );
     }
     let first_scheduled = t("first_scheduled_time");
-    if let (true, Some(s), Some(ft)) = (prefill_chunks.is_empty(), first_scheduled, first_token) {
+    let role = rec.part.as_ref().map(|p| p.role);
+    // Without chunk metrics the context phase is taken to run from scheduling to the first
+    // token; a generation worker received its context with the KV cache and ran none.
+    let prefilled_here = role != Some(Role::Decode);
+    if let (true, true, Some(s), Some(ft)) = (
+        prefill_chunks.is_empty(),
+        prefilled_here,
+        first_scheduled,
+        first_token,
+    ) {
         prefill_chunks.push(PrefillChunk {
             start_ns: s,
             end_ns: ft,
@@ -450,7 +459,8 @@ fn request(
     }
     let output_tokens = match (tokens.is_empty(), rec.first_iter, rec.last_iter) {
         (true, Some(a), Some(b)) if b >= a => {
-            *estimated += 1;
+            // A context worker's part emits one token by design: nothing to warn about.
+            *estimated += usize::from(role != Some(Role::Prefill));
             (b - a + 1 + rec.accepted_draft) as u32
         }
         _ => 0,
