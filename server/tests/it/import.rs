@@ -212,6 +212,11 @@ async fn trtllm_disaggregated_records_import_as_prefill_and_decode_parts() {
         "the decode part ran no prefill: {kinds:?}"
     );
     assert!(
+        decode["queue_ms"].as_f64().unwrap() < 5.0,
+        "the wait was the KV transfer's, not the queue's: {}",
+        decode["queue_ms"]
+    );
+    assert!(
         !reply["warnings"].to_string().contains("estimated"),
         "a context part's single token is not an estimate: {reply}"
     );

@@ -473,13 +473,20 @@ fn request(
         }),
         _ => None,
     };
+    // The worker's own arrival, when the request reached something before it. A generation
+    // worker cannot schedule the request before its KV cache has arrived: it joins the queue
+    // then, and the wait before is the transfer's.
+    let queued_ns = client_arrival
+        .or(t("server_arrival_time"))
+        .and(t("arrival_time"))
+        .map(|q| match (&kv_transfer, role) {
+            (Some(kv), Some(Role::Decode)) => q.max(kv.end_ns),
+            _ => q,
+        });
     let mut r = RequestTrace {
         request_id: rec.request_id.clone(),
         arrival_ns: arrival,
-        // The worker's own arrival, when the request reached something before it.
-        queued_ns: client_arrival
-            .or(t("server_arrival_time"))
-            .and(t("arrival_time")),
+        queued_ns,
         first_scheduled_ns: first_scheduled,
         first_token_ns: first_token,
         finished_ns: finished,
