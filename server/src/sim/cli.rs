@@ -133,7 +133,7 @@ async fn traffic(
             .await
             .map(Some),
     };
-    // The simulation stops early when the channel closes, so wait for it before reporting.
+    // When sending failed the simulation stops at its next batch, so this wait is short.
     let summary = simulation
         .await
         .map_err(|e| Error::Internal(e.to_string()))?;

@@ -2,6 +2,7 @@
 //! backpressure) or into a JSONL file of native export requests for `tokenscope import`.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use prost::Message;
@@ -129,28 +130,32 @@ pub fn batches(runs: &[InstanceRun]) -> Vec<Timed> {
 }
 
 /// Runs `simulate` on a blocking thread and hands out its batches through a bounded channel as
-/// they fill, so the simulator never holds more than a few batches however long the run. The
-/// handle gives back the summary of what was simulated.
+/// they fill, so the simulator never holds more than a few batches however long the run. When the
+/// receiver goes away (an export failed) the simulation is stopped. The handle gives back the
+/// summary of what was simulated.
 pub fn stream<F>(resource: Resource, simulate: F) -> (mpsc::Receiver<Timed>, JoinHandle<Summary>)
 where
-    F: FnOnce(&mut dyn FnMut(Event)) + Send + 'static,
+    F: FnOnce(&mut dyn FnMut(Event) -> ControlFlow<()>) -> ControlFlow<()> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(QUEUED);
     let handle = tokio::task::spawn_blocking(move || {
         let mut summary = Summary::new(&resource.instance_id);
         let mut b = Batcher::new(resource);
-        // A closed channel means the receiver gave up (an export failed): stop sending, finish.
-        let mut open = true;
-        simulate(&mut |e| {
+        let flow = simulate(&mut |e| {
             if let Event::Finished(r) = &e {
                 summary.add(r);
             }
-            if let Some(t) = b.push(e) {
-                open = open && tx.blocking_send(t).is_ok();
+            match b.push(e).map(|t| tx.blocking_send(t)) {
+                Some(Err(_)) => ControlFlow::Break(()),
+                _ => ControlFlow::Continue(()),
             }
         });
-        for t in b.finish() {
-            open = open && tx.blocking_send(t).is_ok();
+        if flow.is_continue() {
+            for t in b.finish() {
+                if tx.blocking_send(t).is_err() {
+                    break;
+                }
+            }
         }
         summary
     });
@@ -342,15 +347,14 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn a_streamed_simulation_waits_for_its_sender_instead_of_running_ahead() {
-        const STEPS: usize = 10 * ITERATIONS_PER_BATCH;
-        let emitted = Arc::new(AtomicUsize::new(0));
-        let counter = emitted.clone();
+    const STEPS: usize = 10 * ITERATIONS_PER_BATCH;
+
+    /// Streams `STEPS` one-entry steps, counting in `emitted` how many the engine produced.
+    fn stream_steps(emitted: Arc<AtomicUsize>) -> (mpsc::Receiver<Timed>, JoinHandle<Summary>) {
         let resource = super::super::scenarios::resource("gpu", Role::Colocated);
-        let (mut rx, simulation) = stream(resource, move |emit| {
+        stream(resource, move |emit| {
             for k in 0..STEPS {
-                counter.fetch_add(1, Ordering::SeqCst);
+                emitted.fetch_add(1, Ordering::SeqCst);
                 emit(Event::Step(Iteration {
                     iteration_id: k as u64,
                     start_ns: k as Nanos,
@@ -364,22 +368,33 @@ mod tests {
                     running: 1,
                     waiting: 0,
                     kv_cache_usage: 0.5,
-                }));
+                }))?;
             }
-        });
-        // Nobody reads yet: the simulation must come to rest with a few batches queued.
+            ControlFlow::Continue(())
+        })
+    }
+
+    /// How many steps the simulation had produced once it stopped producing (nobody reading).
+    async fn at_rest(emitted: &AtomicUsize) -> usize {
         let mut last = usize::MAX;
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let now = emitted.load(Ordering::SeqCst);
             if now == last {
-                break;
+                return now;
             }
             last = now;
         }
+    }
+
+    #[tokio::test]
+    async fn a_streamed_simulation_waits_for_its_sender_instead_of_running_ahead() {
+        let emitted = Arc::new(AtomicUsize::new(0));
+        let (mut rx, simulation) = stream_steps(emitted.clone());
+        let ahead = at_rest(&emitted).await;
         assert!(
-            last <= (QUEUED + 2) * ITERATIONS_PER_BATCH,
-            "ran {last} of {STEPS} steps ahead of its sender"
+            ahead <= (QUEUED + 2) * ITERATIONS_PER_BATCH,
+            "ran {ahead} of {STEPS} steps ahead of its sender"
         );
         let mut batches = 0;
         while rx.recv().await.is_some() {
@@ -388,5 +403,19 @@ mod tests {
         simulation.await.unwrap();
         assert_eq!(emitted.load(Ordering::SeqCst), STEPS);
         assert_eq!(batches, STEPS / ITERATIONS_PER_BATCH);
+    }
+
+    #[tokio::test]
+    async fn a_streamed_simulation_stops_when_its_sender_gives_up() {
+        let emitted = Arc::new(AtomicUsize::new(0));
+        let (rx, simulation) = stream_steps(emitted.clone());
+        let ahead = at_rest(&emitted).await;
+        drop(rx);
+        simulation.await.unwrap();
+        let ran = emitted.load(Ordering::SeqCst);
+        assert!(
+            ran <= ahead + ITERATIONS_PER_BATCH,
+            "ran {ran} of {STEPS} steps after the sender went away at {ahead}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! with preemption (recompute) when it runs out. It records what a real engine would trace.
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 
 use app::model::{
     BatchEntry, FinishReason, Iteration, Nanos, Phase, Preemption, PrefillChunk, RequestTrace,
@@ -105,9 +106,13 @@ pub fn run(
     let mut finished: Vec<Option<RequestTrace>> = Vec::new();
     finished.resize_with(requests.len(), || None);
     let mut iterations = Vec::new();
-    simulate(cfg, requests, rng, first_iteration, &mut |e| match e {
-        Step::Ended(it) => iterations.push(it),
-        Step::Finished(k, r) => finished[k] = Some(*r),
+    // Collecting never asks the engine to stop.
+    let _ = simulate(cfg, requests, rng, first_iteration, &mut |e| {
+        match e {
+            Step::Ended(it) => iterations.push(it),
+            Step::Finished(k, r) => finished[k] = Some(*r),
+        }
+        ControlFlow::Continue(())
     });
     Output {
         requests: finished.into_iter().flatten().collect(),
@@ -117,17 +122,18 @@ pub fn run(
 
 /// Runs the engine over `requests`, handing out each step and each finished request as soon as
 /// the engine produces it: memory stays bounded by what is running, whatever the duration.
+/// `emit` may stop the run (`Break`, given back) when nobody wants the rest.
 pub fn stream(
     cfg: &EngineConfig,
     requests: Vec<SimRequest>,
     rng: &mut Rng,
     first_iteration: u64,
-    emit: &mut dyn FnMut(Event),
-) {
+    emit: &mut dyn FnMut(Event) -> ControlFlow<()>,
+) -> ControlFlow<()> {
     simulate(cfg, requests, rng, first_iteration, &mut |e| match e {
         Step::Ended(it) => emit(Event::Step(it)),
         Step::Finished(_, r) => emit(Event::Finished(r)),
-    });
+    })
 }
 
 /// An [`Event`] with the finished request's place in arrival order.
@@ -165,8 +171,8 @@ fn simulate(
     mut requests: Vec<SimRequest>,
     rng: &mut Rng,
     first_iteration: u64,
-    emit: &mut dyn FnMut(Step),
-) {
+    emit: &mut dyn FnMut(Step) -> ControlFlow<()>,
+) -> ControlFlow<()> {
     requests.sort_by_key(|r| r.ready_ns);
     let mut states: Vec<State> = requests
         .into_iter()
@@ -219,7 +225,7 @@ fn simulate(
                 waiting.pop_front();
                 states[i].finished = Some(now);
                 states[i].aborted = true;
-                emit(Step::Finished(i, take_trace(&mut states[i], now)));
+                emit(Step::Finished(i, take_trace(&mut states[i], now)))?;
                 continue;
             }
             if running.len() >= cfg.max_running || need > free_blocks {
@@ -400,10 +406,10 @@ fn simulate(
             running: (running.len() as u32).max(batch_size),
             waiting: waiting.len() as u32,
             kv_cache_usage: 1.0 - free_blocks as f32 / cfg.kv_blocks.max(1) as f32,
-        }));
+        }))?;
         // Reported after the step that finished them, as an engine's tracer would.
         for i in done {
-            emit(Step::Finished(i, take_trace(&mut states[i], now)));
+            emit(Step::Finished(i, take_trace(&mut states[i], now)))?;
         }
         iteration_id += 1;
         now = end;
@@ -412,9 +418,10 @@ fn simulate(
     // loop above never reached.
     for (i, s) in states.iter_mut().enumerate() {
         if !s.req.id.is_empty() {
-            emit(Step::Finished(i, take_trace(s, now)));
+            emit(Step::Finished(i, take_trace(s, now)))?;
         }
     }
+    ControlFlow::Continue(())
 }
 
 #[cfg(test)]
@@ -472,7 +479,11 @@ mod tests {
             .collect();
         let full = run(&cfg, reqs.clone(), &mut Rng::new(4), 1);
         let mut events = Vec::new();
-        stream(&cfg, reqs, &mut Rng::new(4), 1, &mut |e| events.push(e));
+        let flow = stream(&cfg, reqs, &mut Rng::new(4), 1, &mut |e| {
+            events.push(e);
+            ControlFlow::Continue(())
+        });
+        assert!(flow.is_continue());
         let steps = events
             .iter()
             .filter(|e| matches!(e, Event::Step(_)))

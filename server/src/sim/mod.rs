@@ -13,6 +13,8 @@ pub mod engine;
 pub mod load;
 pub mod scenarios;
 
+use std::ops::ControlFlow;
+
 use app::model::{Nanos, Role};
 
 use crate::fixtures::Rng;
@@ -30,9 +32,13 @@ pub fn traffic(
         requests: Vec::new(),
         iterations: Vec::new(),
     };
-    traffic_events(profile, reqs, seed, &mut |e| match e {
-        Event::Step(it) => output.iterations.push(it),
-        Event::Finished(r) => output.requests.push(*r),
+    // Collecting never asks the engine to stop.
+    let _ = traffic_events(profile, reqs, seed, &mut |e| {
+        match e {
+            Event::Step(it) => output.iterations.push(it),
+            Event::Finished(r) => output.requests.push(*r),
+        }
+        ControlFlow::Continue(())
     });
     InstanceRun {
         resource: scenarios::resource(instance, Role::Colocated),
@@ -41,13 +47,14 @@ pub fn traffic(
 }
 
 /// Runs synthetic or replayed traffic through one engine instance, handing out each step and each
-/// finished request, with its words, as the engine produces them (see `stream`).
+/// finished request, with its words, as the engine produces them (see `engine::stream`, also for
+/// stopping early).
 pub fn traffic_events(
     profile: &'static cost::Profile,
     reqs: Vec<SimRequest>,
     seed: u64,
-    emit: &mut dyn FnMut(Event),
-) {
+    emit: &mut dyn FnMut(Event) -> ControlFlow<()>,
+) -> ControlFlow<()> {
     let mut rng = Rng::new(seed);
     // The words draw from their own generator, so that they do not depend on when requests finish.
     let mut words = Rng::new(seed ^ 0x5745_5244);
@@ -58,7 +65,7 @@ pub fn traffic_events(
             scenarios::give_words(r, scenarios::traffic_ending(&r.request_id), &mut words);
         }
         emit(e)
-    });
+    })
 }
 
 /// Every named scenario, starting `gap` apart from `start`, with their ground truths.
