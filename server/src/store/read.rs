@@ -290,11 +290,9 @@ impl Store {
             None => Vec::new(),
             Some(block) => {
                 let (mut tokens, refs) = token_block::decode(block, row.arrival_ns)?;
-                let mut ids: Vec<u32> = refs.iter().map(|r| r.token_id).collect();
-                ids.sort_unstable();
-                ids.dedup();
                 let vocab = &self.caches.vocab;
-                vocab.load(&self.pool, row.model_id, &ids).await?;
+                let ids = refs.iter().map(|r| r.token_id);
+                vocab.load(&self.pool, row.model_id, ids).await?;
                 vocab.with(row.model_id, |v| {
                     token_block::fill_vocab(&mut tokens, &refs, |id| v.text(id));
                 });

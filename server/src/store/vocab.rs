@@ -61,10 +61,8 @@ impl Texts {
         else {
             return;
         };
-        if start
-            .checked_add(len)
-            .is_none_or(|end| len == ABSENT.len || end == u32::MAX)
-        {
+        // A length of u32::MAX marks an absent id; offsets past u32::MAX cannot be addressed.
+        if len == ABSENT.len || start.checked_add(len).is_none() {
             return;
         }
         self.arena.push_str(text);
@@ -141,13 +139,18 @@ impl VocabCache {
 
     /// Makes sure the cache holds the stored texts of `ids` (for decoding); ids the database
     /// does not know stay unknown.
-    pub async fn load(&self, pool: &PgPool, model_id: i32, ids: &[u32]) -> Result<()> {
+    pub async fn load(
+        &self,
+        pool: &PgPool,
+        model_id: i32,
+        ids: impl IntoIterator<Item = u32>,
+    ) -> Result<()> {
         let mut missing: Vec<i32> = {
             let cache = self.by_model.read().expect("vocab cache poisoned");
             let known = cache.get(&model_id);
-            ids.iter()
-                .filter(|&&id| !known.is_some_and(|k| k.contains(id)))
-                .map(|&id| id as i32)
+            ids.into_iter()
+                .filter(|&id| !known.is_some_and(|k| k.contains(id)))
+                .map(|id| id as i32)
                 .collect()
         };
         if missing.is_empty() {
