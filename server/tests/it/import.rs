@@ -67,10 +67,7 @@ async fn trtllm_perf_metrics_over_http() {
     assert_eq!(d["output_tokens"], 9);
     assert_eq!(d["prompt_tokens"], 3048);
     let tokens = d["tokens"].as_array().unwrap();
-    let latencies: Vec<f64> = tokens
-        .iter()
-        .map(|t| t["latency_ms"].as_f64().unwrap())
-        .collect();
+    let latencies = latencies_ms(&d);
     assert!(
         close(&latencies[0].into(), 152.0)
             && latencies[1..].iter().all(|l| (l - 30.0).abs() < 1e-6),
@@ -82,12 +79,7 @@ async fn trtllm_perf_metrics_over_http() {
     );
     assert_eq!(tokens[3]["batch_size"], 6, "batch size at that step");
     assert_eq!(tokens[3]["iteration"], 14);
-    let prefill: Vec<_> = d["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["kind"] == "prefill")
-        .collect();
+    let prefill = stages_of(&d, "prefill");
     assert_eq!(prefill.len(), 2);
     assert_eq!(prefill[1]["tokens"], 1000);
 
@@ -134,21 +126,12 @@ async fn trtllm_worker_record_with_steps_beside_perf_metrics_on_another_clock() 
     );
     assert!(close(&d["ttft_ms"], 60.0), "{}", d["ttft_ms"]);
     assert!(close(&d["tpot_ms"], 30.0), "{}", d["tpot_ms"]);
-    let tokens = d["tokens"].as_array().unwrap();
-    let latencies: Vec<f64> = tokens
-        .iter()
-        .map(|t| t["latency_ms"].as_f64().unwrap())
-        .collect();
+    let latencies = latencies_ms(&d);
     assert!(
         latencies[1..].iter().all(|l| (l - 30.0).abs() < 1e-3),
         "{latencies:?}"
     );
-    let prefill: Vec<_> = d["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["kind"] == "prefill")
-        .collect();
+    let prefill = stages_of(&d, "prefill");
     assert_eq!(prefill.len(), 1);
     assert_eq!(
         prefill[0]["start_ns"],

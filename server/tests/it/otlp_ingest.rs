@@ -102,11 +102,7 @@ async fn check_vllm_request(app: &TestApp, id: &str) {
     assert_eq!(d["output_tokens"], 4);
     assert_eq!(d["finish_reason"], "stop");
     let tokens = d["tokens"].as_array().unwrap();
-    let latencies: Vec<f64> = tokens
-        .iter()
-        .map(|t| t["latency_ms"].as_f64().unwrap())
-        .collect();
-    assert_eq!(latencies, [120.0, 30.0, 30.0, 30.0]);
+    assert_eq!(latencies_ms(&d), [120.0, 30.0, 30.0, 30.0]);
     assert_eq!(tokens[1]["batch_size"], 25);
     assert_eq!(tokens[1]["waiting"], 3);
     assert_eq!(tokens[1]["scheduled_ns"], T0 + 125_000_000);

@@ -68,11 +68,8 @@ async fn scenarios_show_their_symptoms_through_the_query_api() {
 
     // long-prompt-monopolizes: five consecutive prefill iterations, then a > 2 s first-token wait
     let long = get("lpm-long", "sim-lpm").await;
-    let iterations: Vec<i64> = long["stages"]
-        .as_array()
-        .unwrap()
+    let iterations: Vec<i64> = stages_of(&long, "prefill")
         .iter()
-        .filter(|s| s["kind"] == "prefill")
         .map(|s| s["iteration"].as_i64().unwrap())
         .collect();
     assert_eq!(iterations.len(), 5);

@@ -137,6 +137,26 @@ pub fn export(
 /// 2026-11-30T07:00:00Z in Unix nanoseconds.
 pub const T0: i64 = 1_796_022_000_000_000_000;
 
+/// The stages of one kind in a request detail (`prefill`, `decode`, `kv_transfer`, …).
+pub fn stages_of<'a>(d: &'a serde_json::Value, kind: &str) -> Vec<&'a serde_json::Value> {
+    d["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == kind)
+        .collect()
+}
+
+/// Each token's latency in a request detail, in order.
+pub fn latencies_ms(d: &serde_json::Value) -> Vec<f64> {
+    d["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["latency_ms"].as_f64().unwrap())
+        .collect()
+}
+
 /// The kinds of a request's (or track's) stages, in order: `d[field]` is a list of stages.
 pub fn stage_kinds(d: &serde_json::Value, field: &str) -> Vec<String> {
     d[field]
