@@ -35,11 +35,29 @@ impl fmt::Display for FieldError {
 
 type Check = Result<(), FieldError>;
 
-fn ensure(ok: bool, field: &str, message: impl FnOnce() -> String) -> Check {
+/// A field's name in an error. Names made per token (`tokens.logprob[7]`) are given as closures,
+/// so that they are formatted only when a check fails: these checks run for every token ingested.
+trait FieldName {
+    fn name(self) -> String;
+}
+
+impl FieldName for &str {
+    fn name(self) -> String {
+        self.to_string()
+    }
+}
+
+impl<F: FnOnce() -> String> FieldName for F {
+    fn name(self) -> String {
+        self()
+    }
+}
+
+fn ensure(ok: bool, field: impl FieldName, message: impl FnOnce() -> String) -> Check {
     if ok {
         Ok(())
     } else {
-        Err(FieldError::new(field, message()))
+        Err(FieldError::new(field.name(), message()))
     }
 }
 
@@ -50,13 +68,13 @@ fn check_time(field: &str, t: Nanos) -> Check {
 }
 
 /// `t` must lie in `[from, to]` (both already checked to be plausible).
-fn check_within(field: &str, t: Nanos, from: Nanos, to: Nanos) -> Check {
+fn check_within(field: impl FieldName, t: Nanos, from: Nanos, to: Nanos) -> Check {
     ensure(t >= from && t <= to, field, || {
         format!("{t} lies outside the request's lifetime [{from}, {to}]")
     })
 }
 
-fn check_id(field: &str, id: &str) -> Check {
+fn check_id(field: impl FieldName + Copy, id: &str) -> Check {
     ensure(!id.is_empty(), field, || "must not be empty".into())?;
     ensure(id.len() <= MAX_ID_LEN, field, || {
         format!("is {} bytes long; at most {MAX_ID_LEN} allowed", id.len())
@@ -118,14 +136,23 @@ pub fn request(r: &RequestTrace) -> Check {
         )
     })?;
     for (i, c) in r.prefill_chunks.iter().enumerate() {
-        let field = format!("prefill_chunks[{i}]");
-        check_within(&format!("{field}.start_ns"), c.start_ns, from, to)?;
-        check_within(&format!("{field}.end_ns"), c.end_ns, c.start_ns, to)?;
+        check_within(
+            || format!("prefill_chunks[{i}].start_ns"),
+            c.start_ns,
+            from,
+            to,
+        )?;
+        check_within(
+            || format!("prefill_chunks[{i}].end_ns"),
+            c.end_ns,
+            c.start_ns,
+            to,
+        )?;
     }
     for (i, p) in r.preemptions.iter().enumerate() {
-        check_within(&format!("preemptions[{i}].at_ns"), p.at_ns, from, to)?;
+        check_within(|| format!("preemptions[{i}].at_ns"), p.at_ns, from, to)?;
         if let Some(t) = p.resumed_ns {
-            check_within(&format!("preemptions[{i}].resumed_ns"), t, p.at_ns, to)?;
+            check_within(|| format!("preemptions[{i}].resumed_ns"), t, p.at_ns, to)?;
         }
     }
     if let Some(kv) = &r.kv_transfer {
@@ -155,67 +182,55 @@ fn tokens(r: &RequestTrace) -> Check {
             )
         },
     )?;
-    // Field names are formatted only for a failure: this loop runs for every token ingested.
     let mut previous = r.arrival_ns;
     for (i, t) in r.tokens.iter().enumerate() {
         if let Some(at) = t.emitted_ns {
-            if at < previous || at > r.finished_ns {
-                return check_within(
-                    &format!("tokens.emitted_ns[{i}]"),
-                    at,
-                    previous,
-                    r.finished_ns,
-                );
-            }
+            check_within(
+                || format!("tokens.emitted_ns[{i}]"),
+                at,
+                previous,
+                r.finished_ns,
+            )?;
             previous = at;
         }
-        if let (Some(at), Some(emitted)) = (t.scheduled_ns, t.emitted_ns)
-            && (at < r.arrival_ns || at > emitted)
-        {
-            return check_within(
-                &format!("tokens.scheduled_ns[{i}]"),
+        if let (Some(at), Some(emitted)) = (t.scheduled_ns, t.emitted_ns) {
+            check_within(
+                || format!("tokens.scheduled_ns[{i}]"),
                 at,
                 r.arrival_ns,
                 emitted,
-            );
+            )?;
         }
-        if let Some(lp) = t.logprob
-            && !is_logprob(lp)
-        {
-            return Err(FieldError::new(
-                format!("tokens.logprob[{i}]"),
-                format!("{lp} is not a log-probability (must be ≤ 0)"),
-            ));
+        if let Some(lp) = t.logprob {
+            ensure(
+                lp <= 1e-3 && !lp.is_nan(),
+                || format!("tokens.logprob[{i}]"),
+                || format!("{lp} is not a log-probability (must be ≤ 0)"),
+            )?;
         }
-        if t.rank == Some(0) {
-            return Err(FieldError::new(
-                format!("tokens.rank[{i}]"),
-                "ranks start at 1",
-            ));
+        if let Some(rank) = t.rank {
+            ensure(
+                rank >= 1,
+                || format!("tokens.rank[{i}]"),
+                || "ranks start at 1".into(),
+            )?;
         }
         let mut last = f32::INFINITY;
         for (k, c) in t.candidates.iter().enumerate() {
-            if !is_logprob(c.logprob) || c.logprob > last {
-                let field = format!("tokens.candidates[{i}][{k}].logprob");
-                let message = if is_logprob(c.logprob) {
-                    format!(
-                        "{} is above the previous candidate's {last}: candidates must be in rank order",
-                        c.logprob
-                    )
-                } else {
-                    format!("{} is not a log-probability (must be ≤ 0)", c.logprob)
-                };
-                return Err(FieldError::new(field, message));
-            }
+            let field = || format!("tokens.candidates[{i}][{k}].logprob");
+            ensure(c.logprob <= 1e-3 && !c.logprob.is_nan(), field, || {
+                format!("{} is not a log-probability (must be ≤ 0)", c.logprob)
+            })?;
+            ensure(c.logprob <= last, field, || {
+                format!(
+                    "{} is above the previous candidate's {last}: candidates must be in rank order",
+                    c.logprob
+                )
+            })?;
             last = c.logprob;
         }
     }
     Ok(())
-}
-
-/// A log-probability, allowing for rounding just above 0.
-fn is_logprob(lp: f32) -> bool {
-    lp <= 1e-3 && !lp.is_nan()
 }
 
 pub fn iteration(it: &Iteration) -> Check {
@@ -233,9 +248,7 @@ pub fn iteration(it: &Iteration) -> Check {
         || format!("{} is not a fraction between 0 and 1", it.kv_cache_usage),
     )?;
     for (i, e) in it.batch.iter().enumerate() {
-        if e.request_id.is_empty() || e.request_id.len() > MAX_ID_LEN {
-            check_id(&format!("batch[{i}].request_id"), &e.request_id)?;
-        }
+        check_id(|| format!("batch[{i}].request_id"), &e.request_id)?;
     }
     Ok(())
 }
