@@ -255,17 +255,18 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
         let shift = step_clock_shift(rec);
         reanchored += usize::from(shift != 0.0);
         let step_ns = |s: f64| ns(s + shift);
-        let mut own = resource(opts, EngineKind::Trtllm, None);
-        if let Some(p) = &rec.part {
-            own.instance_id.clone_from(&p.instance);
-            own.role = p.role;
-        }
+        let instance = rec.part.as_ref().map_or(&opts.instance, |p| &p.instance);
         let k = match batches
             .iter()
-            .position(|(b, _)| b.resource.instance_id == own.instance_id)
+            .position(|(b, _)| b.resource.instance_id == *instance)
         {
             Some(k) => k,
             None => {
+                let mut own = resource(opts, EngineKind::Trtllm, None);
+                if let Some(p) = &rec.part {
+                    own.instance_id.clone_from(&p.instance);
+                    own.role = p.role;
+                }
                 let batch = ResourceBatch {
                     resource: own,
                     requests: Vec::new(),
