@@ -66,6 +66,17 @@ ensure_otel_sdk() {
   fi
 }
 
+VLLM_VENV="${TOKENSCOPE_VLLM_VENV:-$CARGO_TARGET_DIR/vllm-venv}"
+ensure_vllm() {
+  local req="$ROOT/exporters/vllm/requirements-test.txt"
+  if [ ! -f "$VLLM_VENV/.installed" ] || ! cmp -s "$req" "$VLLM_VENV/.installed"; then
+    log "installing vLLM for the exporter's tests (venv in $VLLM_VENV; about 9.5 GB and 6 min, once)"
+    python3 -m venv "$VLLM_VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VLLM_VENV"; }
+    "$VLLM_VENV/bin/pip" install -q -r "$req"
+    cp "$req" "$VLLM_VENV/.installed"
+  fi
+}
+
 # wasm-opt from npm's binaryen: Debian's (version 108) produces a wasm that fails to hydrate.
 WASM_OPT_VERSION=132.0.0
 ensure_wasm_opt() {

@@ -149,6 +149,27 @@ pub struct RequestDetail {
     pub preemptions: u32,
     pub stages: Vec<Stage>,
     pub tokens: Vec<TokenView>,
+    /// A PD request's parts in order (prefilled on one instance, decoded on another), when its
+    /// id was asked for on several: the rest of the detail is then the request the client saw
+    /// (`instance` lists the parts' instances, comma-separated; tokens are the decode part's).
+    /// Empty for a request served by one instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<RequestPart>,
+}
+
+/// One instance's part of a PD request, as that instance stored it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestPart {
+    pub instance: String,
+    pub role: Role,
+    pub engine: EngineKind,
+    pub arrival_ns: Nanos,
+    pub finished_ns: Nanos,
+    /// From this part's arrival to its own first token.
+    pub ttft_ms: Option<f64>,
+    pub queue_ms: Option<f64>,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -3,6 +3,7 @@
 pub mod compare;
 pub mod diagnosis;
 pub mod metrics;
+pub mod pd;
 pub mod stages;
 pub mod token_view;
 pub mod waterfall;

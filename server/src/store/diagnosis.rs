@@ -2,7 +2,7 @@
 //! request, then runs the pure diagnosis from `app::analysis::diagnosis`.
 
 use app::analysis::diagnosis::{
-    Context, Diagnosis, OtherRequest, Severity, Thresholds, Verdict, diagnose,
+    Context, Diagnosis, OtherRequest, Severity, Thresholds, Verdict, diagnose, merge,
 };
 use app::analysis::metrics::request_metrics;
 use app::model::{Iteration, Nanos, RequestTrace};
@@ -10,7 +10,8 @@ use app::model::{Iteration, Nanos, RequestTrace};
 use std::collections::BTreeMap;
 
 use super::{
-    CLOCK_SLACK_NS, REQUEST_LOOKBACK_NS, RequestFilter, Store, batch_block, read::count,
+    CLOCK_SLACK_NS, REQUEST_LOOKBACK_NS, RequestFilter, Store, batch_block,
+    read::{Loaded, count},
     write::Detail,
 };
 use crate::error::Result;
@@ -137,10 +138,27 @@ impl Store {
         th: &Thresholds,
     ) -> Result<Diagnosis> {
         let loaded = self.load_request(request_id, instance).await?;
-        let mut one = self
-            .diagnose_together(loaded.instance_id, &[&loaded.trace], th)
-            .await?;
-        Ok(one.remove(0))
+        self.diagnose_loaded(&loaded, th).await
+    }
+
+    /// A loaded request's diagnosis; a PD request's parts each against their own instance's
+    /// steps and neighbours (its prefill waited on one engine, its answer on another), merged.
+    pub(super) async fn diagnose_loaded(&self, l: &Loaded, th: &Thresholds) -> Result<Diagnosis> {
+        if l.parts.is_empty() {
+            let mut one = self
+                .diagnose_together(l.instance_id, &[&l.trace], th)
+                .await?;
+            return Ok(one.remove(0));
+        }
+        let mut each = Vec::with_capacity(l.parts.len());
+        for p in &l.parts {
+            each.push(
+                self.diagnose_together(p.instance_id, &[&p.trace], th)
+                    .await?
+                    .remove(0),
+            );
+        }
+        Ok(merge(&l.trace.request_id, each))
     }
 
     /// The degraded requests among the first `limit` that match `f` (its instances, engine,

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use app::analysis::diagnosis::{Diagnosis, Thresholds};
 use app::analysis::token_view::StepLoad;
 use app::analysis::waterfall::{RowOrder, Waterfall};
-use app::api::{Incident, IncidentRequest, IncidentSnapshot, IncidentSummary, NewIncident};
+use app::api::{
+    Incident, IncidentRequest, IncidentSnapshot, IncidentSummary, NewIncident, RequestPart, Stage,
+};
 use app::model::{EngineKind, Nanos, RequestTrace, Role};
 
 use super::read::{Loaded, detail};
@@ -44,6 +46,11 @@ struct FrozenRequest {
     model: String,
     steps: Vec<StepLoad>,
     diagnosis: Diagnosis,
+    /// A PD request's parts and its joined bars (the parts' traces are not frozen).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    parts: Vec<RequestPart>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    stages: Vec<Stage>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -105,9 +112,15 @@ fn thaw(bytes: &[u8]) -> Result<IncidentSnapshot> {
                 engine: f.engine,
                 role: f.role,
                 model: f.model,
+                parts: Vec::new(),
             };
+            let mut detail = detail(loaded, &f.steps, &th);
+            if !f.parts.is_empty() {
+                detail.parts = f.parts;
+                detail.stages = f.stages;
+            }
             Ok(IncidentRequest {
-                detail: detail(loaded, &f.steps, &th),
+                detail,
                 diagnosis: f.diagnosis,
             })
         })
@@ -188,10 +201,13 @@ impl Store {
         for id in &new.requests {
             let (loaded, steps) = self.load_with_steps(id, Some(&new.instance)).await?;
             // Diagnosed from the request just loaded, not loaded again.
-            let diagnosis = self
-                .diagnose_together(loaded.instance_id, &[&loaded.trace], &th)
-                .await?
-                .remove(0);
+            let diagnosis = self.diagnose_loaded(&loaded, &th).await?;
+            // A PD request's bars come from its parts, which are not frozen.
+            let (parts, stages) = if loaded.parts.is_empty() {
+                (Vec::new(), Vec::new())
+            } else {
+                (loaded.part_summaries(), loaded.stages())
+            };
             let Loaded {
                 mut trace,
                 instance,
@@ -212,6 +228,8 @@ impl Store {
                 model,
                 steps,
                 diagnosis,
+                parts,
+                stages,
             });
         }
         let first = requests.iter().map(|r| r.trace.arrival_ns).min();
@@ -236,7 +254,8 @@ impl Store {
             pull: culprits.clone(),
             order: RowOrder::Arrival,
         };
-        let instances = vec![new.instance.clone()];
+        // A PD request's instances, drawn as one.
+        let instances: Vec<String> = new.instance.split(',').map(str::to_string).collect();
         let waterfall = self
             .waterfall(
                 &instances,

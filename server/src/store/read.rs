@@ -3,10 +3,11 @@
 use std::collections::HashMap;
 
 use app::analysis::{
+    pd,
     stages::stages,
     token_view::{StepLoad, token_views},
 };
-use app::api::{InstanceInfo, RequestDetail, RequestSummary};
+use app::api::{InstanceInfo, RequestDetail, RequestPart, RequestSummary, Stage};
 use app::model::{BatchEntry, EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
 
 use super::{Store, batch_block, token_block, write::Detail};
@@ -20,6 +21,63 @@ pub struct Loaded {
     pub engine: EngineKind,
     pub role: Role,
     pub model: String,
+    /// A PD request's parts as stored, in join order; `trace` is then their join (`pd::join`),
+    /// `instance` their instances comma-separated, the rest the last part's. Empty for a request
+    /// served by one instance.
+    pub parts: Vec<Loaded>,
+}
+
+impl Loaded {
+    /// A PD request's parts as one request, the parts kept beside it.
+    fn joined(mut parts: Vec<Loaded>) -> Loaded {
+        parts.sort_by_key(|p| pd::part_order(p.role, &p.trace));
+        let traces: Vec<&RequestTrace> = parts.iter().map(|p| &p.trace).collect();
+        let trace = pd::join(&traces);
+        let last = &parts[parts.len() - 1];
+        Loaded {
+            trace,
+            instance_id: last.instance_id,
+            instance: parts
+                .iter()
+                .map(|p| p.instance.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            engine: last.engine,
+            role: last.role,
+            model: last.model.clone(),
+            parts,
+        }
+    }
+
+    /// The request's bars; a PD request's from its parts.
+    pub fn stages(&self) -> Vec<Stage> {
+        if self.parts.is_empty() {
+            return stages(&self.trace);
+        }
+        let traces: Vec<&RequestTrace> = self.parts.iter().map(|p| &p.trace).collect();
+        pd::joined_stages(&traces, &self.trace)
+    }
+
+    /// The parts as the API lists them.
+    pub fn part_summaries(&self) -> Vec<RequestPart> {
+        self.parts
+            .iter()
+            .map(|p| {
+                let m = app::analysis::metrics::request_metrics(&p.trace);
+                RequestPart {
+                    instance: p.instance.clone(),
+                    role: p.role,
+                    engine: p.engine,
+                    arrival_ns: p.trace.arrival_ns,
+                    finished_ns: p.trace.finished_ns,
+                    ttft_ms: m.ttft_ns.map(ms),
+                    queue_ms: m.queue_ns.map(ms),
+                    prompt_tokens: p.trace.prompt_tokens,
+                    output_tokens: p.trace.output_tokens,
+                }
+            })
+            .collect()
+    }
 }
 
 /// A `requests` row with its instance and model, as the loaders select it.
@@ -206,41 +264,57 @@ impl Store {
         Ok(Box::pin(self.list_requests(&page)).await?.1)
     }
 
-    /// One stored request as the model, with where it ran.
+    /// One stored request as the model, with where it ran. `instance` may list several
+    /// (comma-separated, as the waterfall joins them); an id found on several instances is one
+    /// PD request when its parts are a prefill and a decode part (joined), else ambiguous.
     pub async fn load_request(&self, request_id: &str, instance: Option<&str>) -> Result<Loaded> {
+        let instances: Option<Vec<String>> =
+            instance.map(|i| i.split(',').map(|k| k.trim().to_string()).collect());
         let mut rows = sqlx::query_as!(
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
                       r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE r.request_id = $1 AND ($2::text IS NULL OR i.instance_key = $2)
+               WHERE r.request_id = $1 AND ($2::text[] IS NULL OR i.instance_key = ANY($2))
                ORDER BY r.arrival_ns DESC
                LIMIT 10"#,
             request_id,
-            instance,
+            instances.as_deref(),
         )
         .fetch_all(&self.pool)
         .await?;
-        let row = match rows.len() {
+        match rows.len() {
             0 => {
                 let where_ = instance
                     .map(|i| format!(" on instance {i:?}"))
                     .unwrap_or_default();
-                return Err(Error::NotFound(format!(
+                Err(Error::NotFound(format!(
                     "no request {request_id:?}{where_}"
-                )));
+                )))
             }
-            1 => rows.remove(0),
+            1 => self.decode_request(rows.remove(0)).await,
             _ => {
-                let on: Vec<&str> = rows.iter().map(|r| r.instance_key.as_str()).collect();
-                return Err(Error::Ambiguous(format!(
-                    "request id {request_id:?} exists on several instances ({}); add ?instance= to choose",
-                    on.join(", ")
-                )));
+                let roles: Vec<Role> = rows
+                    .iter()
+                    .map(|r| Role::parse(&r.role).unwrap_or_default())
+                    .collect();
+                let mut on: Vec<&str> = rows.iter().map(|r| r.instance_key.as_str()).collect();
+                on.sort_unstable();
+                let distinct = on.windows(2).all(|w| w[0] != w[1]);
+                if !(distinct && pd::is_pd(&roles)) {
+                    return Err(Error::Ambiguous(format!(
+                        "request id {request_id:?} exists on several instances ({}); add ?instance= to choose",
+                        on.join(", ")
+                    )));
+                }
+                let mut parts = Vec::with_capacity(rows.len());
+                for row in rows {
+                    parts.push(self.decode_request(row).await?);
+                }
+                Ok(Loaded::joined(parts))
             }
-        };
-        self.decode_request(row).await
+        }
     }
 
     /// A page of the stored requests that match `f`'s instances, engine, model and window, oldest
@@ -320,6 +394,7 @@ impl Store {
             engine: engine(&row.engine),
             role: Role::parse(&row.role).unwrap_or_default(),
             model: row.model,
+            parts: Vec::new(),
         })
     }
 
@@ -454,6 +529,8 @@ pub fn detail(
     loads: &[StepLoad],
     th: &app::analysis::diagnosis::Thresholds,
 ) -> RequestDetail {
+    let parts = loaded.part_summaries();
+    let stages = loaded.stages();
     let Loaded {
         trace,
         instance,
@@ -485,7 +562,8 @@ pub fn detail(
         cached_tokens: trace.cached_tokens,
         sampling: trace.sampling.clone(),
         preemptions: trace.preemptions.len() as u32,
-        stages: stages(&trace),
+        stages,
         tokens: token_views(&trace, loads, th),
+        parts,
     }
 }

@@ -227,6 +227,50 @@ async fn trtllm_disaggregated_records_import_as_prefill_and_decode_parts() {
         "{fast}"
     );
 
+    // Asked for without an instance, the id is the request the client saw: both parts joined.
+    let joined = app.get_json("/api/v1/requests/7001").await;
+    assert_eq!(joined["instance"], "ctx-0:8001,gen-0:8002", "{joined}");
+    let parts: Vec<(String, String)> = joined["parts"]
+        .as_array()
+        .expect("a PD request lists its parts")
+        .iter()
+        .map(|p| (p["instance"].to_string(), p["role"].to_string()))
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            (r#""ctx-0:8001""#.into(), r#""prefill""#.into()),
+            (r#""gen-0:8002""#.into(), r#""decode""#.into())
+        ]
+    );
+    let kinds = stage_kinds(&joined, "stages");
+    let at = |k: &str| kinds.iter().position(|x| x == k).unwrap_or(usize::MAX);
+    assert!(
+        at("prefill") < at("kv_transfer") && at("kv_transfer") < at("decode"),
+        "prefill, then the transfer, then decode: {kinds:?}"
+    );
+    assert_eq!(joined["arrival_ns"], T0);
+    assert_eq!(joined["output_tokens"], decode["output_tokens"]);
+    assert_eq!(
+        joined["tokens"].as_array().unwrap().len(),
+        decode["tokens"].as_array().unwrap().len(),
+        "the answer is the decode part's"
+    );
+    assert_eq!(
+        joined["ttft_ms"], decode["ttft_ms"],
+        "the client's first token"
+    );
+    // The same with the instances named, as the waterfall's PD link names them.
+    let named = app
+        .get_json("/api/v1/requests/7001?instance=ctx-0:8001,gen-0:8002")
+        .await;
+    assert_eq!(named["parts"], joined["parts"]);
+    let dx = app.get_json("/api/v1/requests/7001/diagnosis").await;
+    assert!(
+        causes(dx.clone()).contains(&"kv_transfer_slow".to_string()),
+        "the joined request's diagnosis has its parts' findings: {dx}"
+    );
+
     // A record that names its servers but lacks the rest says what is wrong.
     let resp = app
         .client

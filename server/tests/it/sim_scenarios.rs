@@ -118,6 +118,16 @@ async fn scenarios_show_their_symptoms_through_the_query_api() {
     assert!(stage_ms(&slow, "kv_transfer")[0] >= 2500.0);
     assert!(slow["ttft_ms"].as_f64().unwrap() > 2500.0);
     assert_eq!(slow["role"], "decode");
+    // Without an instance: one request, prefill on one instance and decode on the other.
+    let joined = app.get_json("/api/v1/requests/pd-slow").await;
+    assert_eq!(
+        joined["instance"], "sim-pd-prefill,sim-pd-decode",
+        "{joined}"
+    );
+    assert_eq!(joined["parts"].as_array().map(Vec::len), Some(2));
+    assert!(stage_ms(&joined, "prefill").iter().sum::<f64>() > 0.0);
+    assert!(stage_ms(&joined, "kv_transfer")[0] >= 2500.0);
+    assert_eq!(joined["tokens"], slow["tokens"]);
     let fast = get("pd-fast", "sim-pd-decode").await;
     assert!(
         fast["ttft_ms"].as_f64().unwrap() < 1000.0,

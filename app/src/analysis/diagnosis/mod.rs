@@ -222,6 +222,29 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
     }
 }
 
+/// One diagnosis from the diagnoses of a request's parts (a PD request's prefill and decode
+/// parts, each diagnosed against its own instance's steps): each cause once, its most severe
+/// finding kept, in the order `diagnose` sorts them.
+pub fn merge(request_id: &str, parts: Vec<Diagnosis>) -> Diagnosis {
+    let mut findings: Vec<Finding> = parts.into_iter().flat_map(|d| d.findings).collect();
+    findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.cause.cmp(&b.cause)));
+    let mut seen = Vec::new();
+    findings.retain(|f| {
+        let first = !seen.contains(&f.cause);
+        seen.push(f.cause);
+        first
+    });
+    Diagnosis {
+        request_id: request_id.to_string(),
+        verdict: if findings.is_empty() {
+            Verdict::Healthy
+        } else {
+            Verdict::Degraded
+        },
+        findings,
+    }
+}
+
 /// The gaps between consecutive tokens (emission times, in order) longer than `slo_ms`: where a
 /// reader watched the stream stop. The diagnosis attributes them; the waterfall shades them.
 pub fn gaps_over(times: &[Nanos], slo_ms: f64) -> impl Iterator<Item = (Nanos, Nanos)> + '_ {
@@ -295,6 +318,44 @@ mod tests {
                 .map(|&(s, e)| (s * MS, e * MS, tokens))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn parts_merge_into_one_diagnosis_with_each_cause_once() {
+        let finding = |cause, severity| Finding {
+            cause,
+            severity,
+            summary: format!("{cause:?} {severity:?}"),
+            culprits: Vec::new(),
+            evidence: serde_json::Value::Null,
+            inferred: false,
+        };
+        let part = |findings: Vec<Finding>| Diagnosis {
+            request_id: "r".into(),
+            verdict: Verdict::Degraded,
+            findings,
+        };
+        let prefill = part(vec![finding(Cause::QueueBacklog, Severity::Warning)]);
+        let decode = part(vec![
+            finding(Cause::KvTransferSlow, Severity::Critical),
+            finding(Cause::QueueBacklog, Severity::Critical),
+        ]);
+        let merged = merge("r", vec![prefill, decode]);
+        let got: Vec<(Cause, Severity)> = merged
+            .findings
+            .iter()
+            .map(|f| (f.cause, f.severity))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Cause::QueueBacklog, Severity::Critical),
+                (Cause::KvTransferSlow, Severity::Critical),
+            ]
+        );
+        assert_eq!(merged.verdict, Verdict::Degraded);
+        let healthy = merge("r", vec![part(Vec::new()), part(Vec::new())]);
+        assert_eq!(healthy.verdict, Verdict::Healthy);
     }
 
     fn run(r: &RequestTrace, others: &[OtherRequest]) -> Diagnosis {

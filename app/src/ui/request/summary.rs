@@ -5,10 +5,10 @@ use leptos::prelude::*;
 
 use super::Rq;
 use crate::analysis::diagnosis::{Diagnosis, Verdict};
-use crate::api::RequestDetail;
-use crate::model::SamplingParams;
+use crate::api::{RequestDetail, StageKind};
+use crate::model::{Role, SamplingParams, ms};
 use crate::ui::format::{duration_ms, thousands};
-use crate::ui::links::waterfall_href;
+use crate::ui::links::{request_href, waterfall_href};
 use crate::ui::query::{build, encode};
 use crate::ui::time::{Zone, date_time};
 
@@ -47,6 +47,48 @@ fn Kpi(label: &'static str, value: Option<f64>, slo: Option<f64>) -> impl IntoVi
             {slo.map(|s| view! { <small class="muted">{format!("SLO {}", duration_ms(s))}{if over { " ▲" } else { "" }}</small> })}
         </div>
     }
+}
+
+/// A PD request's parts in one line: where it was prefilled, the KV transfer, where it was
+/// decoded; each part opens as that instance stored it.
+fn parts_line(d: &RequestDetail, live: bool) -> Option<impl IntoView + use<>> {
+    if d.parts.is_empty() {
+        return None;
+    }
+    let transfer = d
+        .stages
+        .iter()
+        .find(|s| s.kind == StageKind::KvTransfer)
+        .map(|s| ms(s.end_ns - s.start_ns));
+    let id = d.summary.request_id.clone();
+    let n = d.parts.len();
+    let items = d
+        .parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let what = match p.role {
+                Role::Prefill => "prefilled on ",
+                Role::Decode => "decoded on ",
+                Role::Colocated => "ran on ",
+            };
+            let name = if live {
+                view! { <a href=request_href(&p.instance, &id) title="this part as its instance stored it">{p.instance.clone()}</a> }.into_any()
+            } else {
+                view! { <b>{p.instance.clone()}</b> }.into_any()
+            };
+            let after = (i + 1 < n && p.role == Role::Prefill)
+                .then(|| match transfer {
+                    Some(t) => format!(" → KV transfer {} → ", duration_ms(t)),
+                    None => " → ".into(),
+                })
+                .or_else(|| (i + 1 < n).then(|| " → ".into()));
+            view! { {what}{name}{after} }
+        })
+        .collect_view();
+    Some(
+        view! { <p class="rq-meta rq-parts" data-testid="pd-parts"><b>"PD request: "</b>{items}</p> },
+    )
 }
 
 fn links(d: &RequestDetail) -> impl IntoView + use<> {
@@ -103,9 +145,11 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
                     <span class="verdict" class:bad=degraded data-testid="verdict">{if degraded { "degraded" } else { "healthy" }}</span>
                 </div>
                 <p class="muted rq-meta">
-                    {format!("{} · {} · {} · {} · finished: {} · ", s.engine.as_str(), s.model, s.instance, d.role.as_str(), s.finish_reason.as_str())}
+                    {format!("{} · {} · {} · {} · finished: {} · ", s.engine.as_str(), s.model, s.instance,
+                        if d.parts.is_empty() { d.role.as_str() } else { "prefill → decode" }, s.finish_reason.as_str())}
                     <span class="time">{move || { let z = zone.get(); format!("arrived {} ({})", date_time(arrival, &z), z.label()) }}</span>
                 </p>
+                {parts_line(d, rq.live)}
                 <p class="muted rq-meta" data-testid="sampling">{sampling_text(&d.sampling)}</p>
                 <div class="kpis">
                     <Kpi label="TTFT" value=s.ttft_ms slo=Some(th.ttft_ms)/>

@@ -1,0 +1,156 @@
+"""Drives vLLM's real scheduler on CPU, the way vLLM's own scheduler tests do: a tiny model config
+(no weights, no tokenizer), a KV-cache config by hand, and model-runner outputs made up step by
+step. Records what the scheduler itself reported, to compare with what tokenscope stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+BLOCK = 16
+EOS = 2
+
+# A Llama-shaped config: the scheduler reads lengths and dtypes, never weights.
+TINY_MODEL = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float16",
+    "bos_token_id": 1,
+    "eos_token_id": EOS,
+}
+
+
+def model_dir() -> str:
+    d = os.path.join(tempfile.gettempdir(), "tokenscope-vllm-tiny")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(TINY_MODEL, f)
+    return d
+
+
+def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=1000):
+    sc = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=4096,
+        enable_chunked_prefill=True,
+        is_encoder_decoder=False,
+    )
+    mc = ModelConfig(model=model_dir(), dtype="float16", seed=42, skip_tokenizer_init=True)
+    cc = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto")
+    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig(device="cpu"))
+    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+    cc.num_gpu_blocks = num_blocks
+    return cls(
+        vllm_config=vc,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(vc),
+        block_size=BLOCK,
+        log_stats=True,
+    )
+
+
+def make_request(request_id: str, prompt_len: int, max_tokens: int, logprobs: int | None = None) -> Request:
+    sp = SamplingParams(max_tokens=max_tokens, logprobs=logprobs, temperature=0.7, ignore_eos=False)
+    # What vLLM's input processing does with the model's generation config.
+    sp.update_from_generation_config({}, eos_token_id=EOS)
+    return Request(
+        request_id=request_id,
+        prompt_token_ids=[100 + i % 500 for i in range(prompt_len)],
+        sampling_params=sp,
+        pooling_params=None,
+    )
+
+
+@dataclass
+class Run:
+    """What the scheduler reported: each step's tokens per request, each request's tokens."""
+
+    steps: list = field(default_factory=list)  # [{req_id: num_scheduled_tokens}]
+    tokens: dict = field(default_factory=dict)  # req_id -> [token ids]
+    finished: dict = field(default_factory=dict)  # req_id -> FinishReason
+    preempted: set = field(default_factory=set)
+
+
+def sample(step: int, req_id: str) -> int:
+    return 1000 + (step * 7 + len(req_id)) % 300
+
+
+def drive(
+    scheduler,
+    arrivals: dict[int, list[Request]],
+    eos_after: dict[str, int] | None = None,
+    prefill_s_per_token: float = 40e-6,
+    decode_s: float = 0.004,
+    max_steps: int = 2000,
+) -> Run:
+    """Runs the scheduler to completion: requests in `arrivals[k]` are added before step k; each
+    step "computes" for a time that grows with its prefill tokens; a request samples a token when
+    its prompt is done; `eos_after[id]` = n ends it with EOS as its n-th token."""
+    run = Run()
+    eos_after = eos_after or {}
+    added = [r for rs in arrivals.values() for r in rs]
+    for step in range(max_steps):
+        for r in arrivals.get(step, []):
+            scheduler.add_request(r)
+        if not scheduler.has_requests() and step > max(arrivals):
+            break
+        so = scheduler.schedule()
+        if so.total_num_scheduled_tokens == 0:
+            continue
+        counts = dict(so.num_scheduled_tokens)
+        run.steps.append(counts)
+        prefill = sum(
+            n for rid, n in counts.items() if scheduler.requests[rid].num_computed_tokens - n < scheduler.requests[rid].num_prompt_tokens
+        )
+        time.sleep(decode_s + prefill * prefill_s_per_token)
+        ids = list(counts)
+        sampled = []
+        for rid in ids:
+            req = scheduler.requests[rid]
+            if req.num_computed_tokens < req.num_tokens:
+                sampled.append([])  # a partial prefill samples nothing
+                continue
+            n = len(run.tokens.get(rid, [])) + 1
+            tok = EOS if eos_after.get(rid) == n else sample(step, rid)
+            sampled.append([tok])
+        k = 3
+        lp_ids = np.array([[row[0] if row else 0] + [1000 + j for j in range(k)] for row in sampled], dtype=np.int64)
+        lps = np.array([[-0.5] + [-0.1 - 0.5 * j for j in range(k)] for _ in sampled], dtype=np.float32)
+        ranks = np.array([2 for _ in sampled], dtype=np.int64)
+        mro = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={rid: i for i, rid in enumerate(ids)},
+            sampled_token_ids=sampled,
+            logprobs=LogprobsLists(lp_ids, lps, ranks),
+        )
+        outputs = scheduler.update_from_output(so, mro)
+        for eco in outputs.values():
+            for o in eco.outputs:
+                run.tokens.setdefault(o.request_id, []).extend(o.new_token_ids)
+                if o.finish_reason is not None:
+                    run.finished[o.request_id] = o.finish_reason
+    run.preempted = {r.request_id for r in added if r.num_preemptions}
+    return run

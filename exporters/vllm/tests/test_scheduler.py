@@ -1,0 +1,148 @@
+"""The plugin inside vLLM's real scheduler, on CPU, shipping to a real tokenscope.
+
+Needs `TOKENSCOPE_GRPC` (host:port of the native gRPC ingest) and `TOKENSCOPE_HTTP` (the API's
+base URL) of a running server: `scripts/test-engines` starts one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+import engine
+
+GRPC = os.environ.get("TOKENSCOPE_GRPC")
+HTTP = os.environ.get("TOKENSCOPE_HTTP")
+pytestmark = pytest.mark.skipif(not (GRPC and HTTP), reason="needs a running tokenscope")
+
+
+def api(path: str, **params) -> dict:
+    q = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+    with urllib.request.urlopen(f"{HTTP}{path}?{q}", timeout=30) as r:
+        return json.load(r)
+
+
+def run_scenario(instance: str, cls_name: str = "TracingScheduler", num_blocks: int = 90):
+    """Four short requests decoding, then a 1,200-token prompt prefilled in 256-token chunks
+    under them, then one more; KV cache for 1,440 tokens, so that the answers' growth preempts
+    the long request."""
+    os.environ["TOKENSCOPE_ENDPOINT"] = GRPC
+    os.environ["TOKENSCOPE_INSTANCE"] = instance
+    import tokenscope_vllm
+
+    scheduler = engine.make_scheduler(getattr(tokenscope_vllm, cls_name), num_blocks=num_blocks)
+    shorts = [engine.make_request(f"short-{i}", 40, 120, logprobs=3 if i == 0 else None) for i in range(4)]
+    arrivals = {
+        0: shorts,
+        3: [engine.make_request("long", 1200, 30)],
+        12: [engine.make_request("late", 100, 20)],
+    }
+    run = engine.drive(scheduler, arrivals, eos_after={"short-1": 12})
+    assert scheduler.tokenscope.flush(timeout_s=20), scheduler.tokenscope.stats()
+    stats = scheduler.tokenscope.stats()
+    scheduler.tokenscope.close()
+    return run, stats
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    instance = f"vllm-cpu-{os.getpid()}-{time.time_ns()}"
+    run, stats = run_scenario(instance)
+    return instance, run, stats
+
+
+def test_every_request_and_step_arrives(scenario):
+    instance, run, stats = scenario
+    assert stats["dropped_events"] == 0 and stats["dropped_requests"] == 0, stats
+    assert stats["rejected_requests"] == 0 and stats["rejected_iterations"] == 0, stats
+    assert stats["sent_requests"] == 6, stats
+    assert stats["sent_iterations"] == len(run.steps), stats
+    listed = api("/api/v1/requests", instance=instance, limit=50)
+    assert sorted(r["request_id"] for r in listed["requests"]) == sorted(run.tokens)
+
+
+def test_step_compositions_are_the_schedulers(scenario):
+    instance, run, _ = scenario
+    # Every step the scheduler ran, in order, with the tokens it scheduled: prefill tokens are
+    # those of chunks, decode tokens one per decoding request.
+    listed = api("/api/v1/requests", instance=instance, limit=50)["requests"]
+    start = min(r["arrival_ns"] for r in listed) - 10**9
+    end = max(r["arrival_ns"] + int(r["e2e_ms"] * 1e6) for r in listed) + 10**9
+    wf = api("/api/v1/waterfall", instance=instance, **{"from": start, "to": end, "width_px": 4000})
+    lane = wf["lane"]
+    assert lane["lod"] == "steps", lane["lod"]
+    stored = [(s["prefill_tokens"] + s["decode_tokens"], s["batch_size"]) for s in lane["steps"]]
+    reported = [(sum(step.values()), len(step)) for step in run.steps]
+    assert stored == reported
+    # The long prompt's chunks were interleaved with the short requests' decoding.
+    mixed = [s for s in lane["steps"] if s["prefill_tokens"] >= 176 and s["decode_tokens"] > 0]
+    assert mixed, lane["steps"][:10]
+
+
+def test_tokens_logprobs_and_eos_are_the_schedulers(scenario):
+    instance, run, _ = scenario
+    for rid, tokens in run.tokens.items():
+        d = api(f"/api/v1/requests/{urllib.parse.quote(rid)}", instance=instance)
+        assert [t["token_id"] for t in d["tokens"]] == tokens, rid
+        assert d["output_tokens"] == len(tokens)
+        assert d["engine"] == "vllm"
+        # Each token's step is one the lane holds, its time the step's end.
+        assert all(t["iteration"] is not None and t["emitted_ns"] for t in d["tokens"]), rid
+    long = api("/api/v1/requests/long", instance=instance)
+    chunks = [s for s in long["stages"] if s["kind"] == "prefill"]
+    assert len(chunks) >= 4 and sum(c["tokens"] for c in chunks) >= 1200, chunks
+    assert long["prompt_tokens"] == 1200
+    assert long["finish_reason"] == "length"
+    assert long["ttft_ms"] is not None and long["ttft_ms"] > 0
+    with_lp = api("/api/v1/requests/short-0", instance=instance)
+    first = with_lp["tokens"][0]
+    assert abs(first["logprob"] + 0.5) < 1e-3 and first["rank"] == 2, first
+    assert [c["token_id"] for c in first["candidates"]] == [1000, 1001, 1002]
+    assert with_lp["sampling"]["temperature"] == pytest.approx(0.7)
+    assert with_lp["sampling"]["max_tokens"] == 120
+    eos = api("/api/v1/requests/short-1", instance=instance)
+    assert eos["finish_reason"] == "stop"
+    assert eos["tokens"][-1]["special"] == "eos"
+    assert len(eos["tokens"]) == 12
+
+
+def test_preemption_is_recorded(scenario):
+    instance, run, _ = scenario
+    assert run.preempted, "the scenario must preempt someone"
+    for rid in run.preempted:
+        d = api(f"/api/v1/requests/{rid}", instance=instance)
+        assert d["preemptions"] >= 1, rid
+        assert any(s["kind"] == "preempted" for s in d["stages"]), d["stages"]
+
+
+def test_diagnosis_names_the_long_prompt(scenario):
+    instance, run, _ = scenario
+    # Steps carrying a 256-token chunk take ~14 ms, decode-only ones ~4 ms: a short request that
+    # decoded through the chunks saw its tokens slowed by the long prompt.
+    victims = []
+    for rid in ("short-0", "short-2", "short-3"):
+        dx = api(f"/api/v1/requests/{rid}/diagnosis", instance=instance, tpot_ms=5, stall_ms=9)
+        causes = {f["cause"]: f for f in dx["findings"]}
+        if "prefill_interrupted_decode" in causes:
+            victims.append(rid)
+            assert "long" in causes["prefill_interrupted_decode"]["culprits"], causes
+    assert victims, "no short request was found slowed by the long prompt's prefill"
+
+
+def test_a_tokenscope_that_is_down_costs_drops_not_the_engine():
+    os.environ["TOKENSCOPE_ENDPOINT"] = "127.0.0.1:9"
+    os.environ["TOKENSCOPE_INSTANCE"] = "nowhere"
+    import tokenscope_vllm
+
+    scheduler = engine.make_scheduler(tokenscope_vllm.TracingScheduler)
+    run = engine.drive(scheduler, {0: [engine.make_request("a", 30, 5)]}, decode_s=0)
+    assert run.tokens["a"] and len(run.tokens["a"]) == 5
+    scheduler.tokenscope.flush(timeout_s=10)
+    stats = scheduler.tokenscope.stats()
+    scheduler.tokenscope.close()
+    assert stats["sent_requests"] == 0 and stats["dropped_requests"] == 1, stats

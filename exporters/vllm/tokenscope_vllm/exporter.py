@@ -1,0 +1,189 @@
+"""The exporter thread: takes the scheduler's events from a bounded buffer, turns them into
+tokenscope records (`recorder`) and ships them in batches over gRPC. When tokenscope is slow or
+down, records are dropped and counted; the scheduler never waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+
+from . import wire
+from .recorder import Recorder
+
+log = logging.getLogger("tokenscope_vllm")
+
+EXPORT_METHOD = "/tokenscope.v1.TraceIngest/Export"
+
+
+class Exporter:
+    """One per scheduler. `push` is the only method the scheduler's thread calls."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        resource: bytes,
+        capacity: int = 65536,
+        flush_interval_s: float = 0.5,
+        max_batch_bytes: int = 4 << 20,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.resource = resource
+        self.capacity = capacity
+        self.flush_interval_s = flush_interval_s
+        self.max_batch_bytes = max_batch_bytes
+        self.timeout_s = timeout_s
+        self.events: deque = deque()
+        self.recorder = Recorder()
+        # Counters (read them for metrics; written by one thread each).
+        self.dropped_events = 0
+        self.sent_requests = 0
+        self.sent_iterations = 0
+        self.dropped_requests = 0
+        self.dropped_iterations = 0
+        self.rejected_requests = 0
+        self.rejected_iterations = 0
+        # The exporter thread's own CPU time, and the steps it recorded.
+        self.cpu_ns = 0
+        self.steps = 0
+        self._pending_requests: list[bytes] = []
+        self._pending_iterations: list[bytes] = []
+        self._pending_bytes = 0
+        self._last_flush = time.monotonic()
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._endpoint = endpoint
+        self._call = None
+        self._last_error_log = 0.0
+        self._thread = threading.Thread(target=self._run, name="tokenscope-exporter", daemon=True)
+        self._thread.start()
+
+    # --- the scheduler's side -----------------------------------------------------------------
+
+    def push(self, event: tuple) -> None:
+        """Hands one event over; drops it (counted) when the buffer is full."""
+        if len(self.events) >= self.capacity:
+            self.dropped_events += 1
+            return
+        self.events.append(event)
+
+    # --- the exporter thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            busy = self._drain()
+            if busy:
+                self._idle.clear()
+            now = time.monotonic()
+            if self._pending_bytes >= self.max_batch_bytes or (
+                self._pending_bytes and now - self._last_flush >= self.flush_interval_s
+            ):
+                self._flush()
+            if not busy:
+                if not self._pending_bytes:
+                    self._idle.set()
+                self._stop.wait(0.005)
+        self._drain()
+        self._flush()
+        self._idle.set()
+
+    def _drain(self) -> bool:
+        events, rec = self.events, self.recorder
+        started = time.thread_time_ns()
+        n = 0
+        while events:
+            kind, *args = events.popleft()
+            n += 1
+            try:
+                if kind == "step":
+                    rec.scheduled(*args)
+                elif kind == "update":
+                    rec.updated(*args)
+                elif kind == "add":
+                    rec.add(*args)
+                elif kind == "finish":
+                    rec.finished(*args)
+            except Exception:  # a vLLM change must not take the engine down with us
+                log.exception("tokenscope: could not record a %s event", kind)
+            # Hand the GIL back after each event: the engine's thread, if it is waiting for it,
+            # runs now instead of after the interpreter's 5 ms switch interval.
+            time.sleep(0)
+        requests, iterations = rec.take()
+        self._pending_requests += requests
+        self._pending_iterations += iterations
+        self._pending_bytes += sum(map(len, requests)) + sum(map(len, iterations))
+        self.steps += len(iterations)
+        self.cpu_ns += time.thread_time_ns() - started
+        return n > 0
+
+    def _flush(self) -> None:
+        requests, iterations = self._pending_requests, self._pending_iterations
+        self._pending_requests, self._pending_iterations, self._pending_bytes = [], [], 0
+        self._last_flush = time.monotonic()
+        if not requests and not iterations:
+            return
+        body = wire.export_request(wire.resource_traces(self.resource, requests, iterations))
+        try:
+            reply = wire.decode_export_response(self._rpc()(body, timeout=self.timeout_s))
+        except Exception as e:  # tokenscope down or slow: drop, count, go on
+            self.dropped_requests += len(requests)
+            self.dropped_iterations += len(iterations)
+            now = time.monotonic()
+            if now - self._last_error_log > 60:
+                self._last_error_log = now
+                log.warning(
+                    "tokenscope: export to %s failed (%s); dropped so far: %d requests, %d steps",
+                    self._endpoint,
+                    e,
+                    self.dropped_requests,
+                    self.dropped_iterations,
+                )
+            return
+        self.sent_requests += len(requests)
+        self.sent_iterations += len(iterations)
+        self.rejected_requests += reply["rejected_requests"]
+        self.rejected_iterations += reply["rejected_iterations"]
+
+    def _rpc(self):
+        if self._call is None:
+            import grpc
+
+            channel = grpc.insecure_channel(self._endpoint)
+            self._call = channel.unary_unary(
+                EXPORT_METHOD,
+                request_serializer=lambda b: b,
+                response_deserializer=lambda b: b,
+            )
+        return self._call
+
+    # --- control ------------------------------------------------------------------------------
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Waits until everything pushed so far was sent (or dropped). For tests and shutdown."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._idle.clear()
+            # Force the pending batch out now rather than at the next interval.
+            self._last_flush = 0.0
+            if self._idle.wait(max(0.0, deadline - time.monotonic())) and not self.events:
+                return True
+        return False
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.timeout_s + 1)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "dropped_events": self.dropped_events,
+            "sent_requests": self.sent_requests,
+            "sent_iterations": self.sent_iterations,
+            "dropped_requests": self.dropped_requests,
+            "dropped_iterations": self.dropped_iterations,
+            "rejected_requests": self.rejected_requests,
+            "rejected_iterations": self.rejected_iterations,
+            "cpu_ns": self.cpu_ns,
+            "steps": self.steps,
+        }

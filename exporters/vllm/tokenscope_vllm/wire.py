@@ -1,0 +1,223 @@
+"""tokenscope's native wire format (proto/tokenscope/v1/*.proto), written by hand.
+
+A few dozen lines of protobuf encoding instead of generated code: generated `_pb2` modules are tied
+to the protobuf runtime version they were generated for, and vLLM pins its own. Only what the
+exporter sends is here; field numbers are the .proto's, checked end to end by the tests (the
+tokenscope server decodes what this writes).
+"""
+
+from __future__ import annotations
+
+import struct
+
+UNKNOWN_TOKEN = 0xFFFFFFFF
+
+# Enum values, as in trace.proto.
+ENGINE_VLLM = 1
+ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = 1, 2, 3
+FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR = 1, 2, 3, 4
+PHASE_PREFILL, PHASE_DECODE = 1, 2
+
+
+def varint(n: int) -> bytes:
+    """Unsigned LEB128; negative int64 values as their two's complement, as protobuf does."""
+    if n < 0:
+        n += 1 << 64
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def tag(field: int, wire_type: int) -> bytes:
+    return varint(field << 3 | wire_type)
+
+
+def uint(field: int, n: int) -> bytes:
+    """A varint field; proto3 leaves zeros out."""
+    return tag(field, 0) + varint(n) if n else b""
+
+
+def length_delimited(field: int, payload: bytes) -> bytes:
+    return tag(field, 2) + varint(len(payload)) + payload
+
+
+def string(field: int, s: str) -> bytes:
+    return length_delimited(field, s.encode()) if s else b""
+
+
+def message(field: int, payload: bytes) -> bytes:
+    """An embedded message, present even when empty."""
+    return length_delimited(field, payload)
+
+
+def f32(field: int, x: float) -> bytes:
+    return tag(field, 5) + struct.pack("<f", x)
+
+
+def packed_varints(field: int, values) -> bytes:
+    if not values:
+        return b""
+    return length_delimited(field, b"".join(varint(v) for v in values))
+
+
+def packed_f32(field: int, values) -> bytes:
+    if not values:
+        return b""
+    return length_delimited(field, struct.pack(f"<{len(values)}f", *values))
+
+
+def resource(engine_version: str, model: str, instance_id: str, role: int, host: str) -> bytes:
+    return (
+        uint(1, ENGINE_VLLM)
+        + string(2, engine_version)
+        + string(3, model)
+        + string(4, instance_id)
+        + uint(5, role)
+        + string(6, host)
+    )
+
+
+def batch_entry(request_id: str, phase: int, tokens: int, prefill_offset: int) -> bytes:
+    """A `BatchEntry` as the `batch` field (4) of an `Iteration`."""
+    return message(
+        4,
+        string(1, request_id) + uint(2, phase) + uint(3, tokens) + uint(4, prefill_offset),
+    )
+
+
+def iteration(
+    iteration_id: int,
+    start_ns: int,
+    end_ns: int,
+    batch: bytes,
+    running: int,
+    waiting: int,
+    kv_cache_usage: float,
+) -> bytes:
+    """An `Iteration`; `batch` is its entries already encoded (see `batch_entry`)."""
+    return (
+        uint(1, iteration_id)
+        + uint(2, start_ns)
+        + uint(3, end_ns)
+        + batch
+        + uint(5, running)
+        + uint(6, waiting)
+        + (f32(7, kv_cache_usage) if kv_cache_usage else b"")
+    )
+
+
+def resource_traces(resource_bytes: bytes, requests: list[bytes], iterations: list[bytes]) -> bytes:
+    """One `ResourceTraces`: field 1 resource, 2 requests, 3 iterations."""
+    return (
+        message(1, resource_bytes)
+        + b"".join(length_delimited(2, r) for r in requests)
+        + b"".join(length_delimited(3, i) for i in iterations)
+    )
+
+
+def export_request(traces: bytes) -> bytes:
+    """An `ExportRequest` holding one `ResourceTraces`."""
+    return length_delimited(1, traces)
+
+
+def decode_export_response(data: bytes) -> dict[str, int]:
+    """The counts of an `ExportResponse` (its rejections are skipped)."""
+    names = {
+        1: "accepted_requests",
+        2: "duplicate_requests",
+        3: "rejected_requests",
+        4: "accepted_iterations",
+        5: "rejected_iterations",
+    }
+    out = dict.fromkeys(names.values(), 0)
+    i = 0
+    while i < len(data):
+        key, i = _read_varint(data, i)
+        field, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, i = _read_varint(data, i)
+            if field in names:
+                out[names[field]] = value
+        elif wire_type == 2:
+            size, i = _read_varint(data, i)
+            i += size
+        else:
+            raise ValueError(f"ExportResponse: unexpected wire type {wire_type}")
+    return out
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def request(r) -> bytes:
+    """A `Request` from a finished `recorder.Record`."""
+    out = [
+        string(1, r.request_id),
+        uint(4, r.arrival_ns),
+        uint(5, r.queued_ns),
+        uint(6, r.first_scheduled_ns),
+        uint(7, r.first_token_ns),
+        uint(8, r.finished_ns),
+        uint(9, r.finish_reason),
+        uint(10, r.prompt_tokens),
+        uint(11, len(r.token_ids)),
+        uint(12, r.cached_tokens),
+    ]
+    for start, end, tokens, iteration_id in r.chunks:
+        out.append(message(13, uint(1, start) + uint(2, end) + uint(3, tokens) + uint(4, iteration_id)))
+    for at, resumed, recompute in r.preemptions:
+        out.append(message(14, uint(1, at) + uint(2, resumed) + uint(3, int(recompute))))
+    out.append(message(16, _sampling(r.sampling)))
+    out.append(message(17, _tokens(r)))
+    return b"".join(out)
+
+
+def _sampling(s) -> bytes:
+    """`SamplingParams`: its fields are `optional`, so a zero that was given is written."""
+    if s is None:
+        return b""
+    out = []
+    if s.temperature is not None:
+        out.append(f32(1, s.temperature))
+    if s.top_p is not None:
+        out.append(f32(2, s.top_p))
+    # vLLM's "no top-k" is 0 or -1: not given.
+    if s.top_k is not None and s.top_k > 0:
+        out.append(tag(3, 0) + varint(s.top_k))
+    if s.max_tokens is not None:
+        out.append(tag(4, 0) + varint(s.max_tokens))
+    if s.seed is not None:
+        out.append(tag(5, 0) + varint(s.seed))
+    return b"".join(out)
+
+
+def _tokens(r) -> bytes:
+    out = [
+        packed_varints(1, r.token_ids),
+        packed_varints(2, r.emitted_ns),
+        packed_varints(3, r.token_iterations),
+        packed_varints(12, r.scheduled_ns),
+    ]
+    if r.logprobs:
+        out.append(packed_f32(4, r.logprobs))
+        out.append(packed_varints(5, r.ranks))
+    if r.special:
+        out.append(packed_varints(7, r.special))
+    if r.candidate_counts:
+        out.append(packed_varints(8, r.candidate_counts))
+        out.append(packed_varints(9, r.candidate_ids))
+        out.append(packed_f32(10, r.candidate_logprobs))
+    return b"".join(out)
