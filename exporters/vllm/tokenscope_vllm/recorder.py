@@ -4,10 +4,21 @@ step (its batch), one `Request` per finished request (stages, tokens, logprobs).
 Runs on the exporter's thread, never on the scheduler's: the scheduler only hands over references
 to objects it made anyway (`SchedulerOutput`, the `EngineCoreOutputs` of a step, the `Request` it
 was given). Everything here reads them after the fact.
+
+Cost is what shapes this module: it shares the GIL with the engine loop, and a step of a busy
+engine holds hundreds of requests. So nothing here loops over a step's requests in Python in the
+common case. A step in which every request computes one token (a decode step) is encoded by
+joining each request's `BatchEntry`, encoded once when the request arrived, in one call; only a
+step's prefill chunks and new requests are looked at one by one. Tokens are not followed step by
+step either: when a request is done, its token ids are read from vLLM's `Request`, and the steps
+that made them are the steps that ran it (each step's `num_scheduled_tokens` is kept, by
+reference, for as long as a live request may need it), minus the prefill chunks that did not
+finish its prompt.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -15,6 +26,10 @@ from . import wire
 
 # vLLM's FinishReason (vllm/v1/engine/__init__.py): STOP, LENGTH, ABORT, ERROR, REPETITION.
 _FINISH = {0: wire.FINISH_STOP, 1: wire.FINISH_LENGTH, 2: wire.FINISH_ABORT, 3: wire.FINISH_ERROR, 4: wire.FINISH_STOP}
+
+# Steps kept for the token times of live requests: beyond it, a very long request's earliest
+# tokens go without times (each step holds its batch's dict: about 10 KB at a batch of 256).
+STEP_WINDOW = int(os.environ.get("TOKENSCOPE_STEP_WINDOW", "8192"))
 
 
 def _stop_tokens(sp) -> frozenset:
@@ -39,21 +54,20 @@ class Record:
     sampling: object
     # The model's EOS and the request's other stop tokens.
     stop_token_ids: frozenset
-    # Its `BatchEntry` for a decode step, encoded once: most steps are decode steps.
-    decode_entry: bytes = b""
     first_scheduled_ns: int = 0
     first_iteration: int = 0
     first_token_ns: int = 0
     finished_ns: int = 0
     finish_reason: int = 0
     cached_tokens: int = 0
-    # (start, end, tokens, iteration id) of each prefill chunk; the end is filled in later.
+    # (start, end, tokens, iteration id) of each prefill chunk.
     chunks: list = field(default_factory=list)
     # (preempted at, resumed at, recompute) of each preemption.
     preemptions: list = field(default_factory=list)
+    # Set when vLLM says it preempted the request (v2 model runner); else the resume tells.
+    preempted_ns: int = 0
+    # Filled when it is done.
     token_ids: list = field(default_factory=list)
-    # The step that produced each token (one per step that completed everything scheduled so
-    # far); their times come from the step table when the request is done.
     token_iterations: list = field(default_factory=list)
     emitted_ns: list = field(default_factory=list)
     scheduled_ns: list = field(default_factory=list)
@@ -63,31 +77,25 @@ class Record:
     candidate_counts: list = field(default_factory=list)
     candidate_ids: list = field(default_factory=list)
     candidate_logprobs: list = field(default_factory=list)
-    # `num_computed_tokens` before a decode step: prompt + tokens made − 1.
-    decode_at: int = -1
-    # The last step that ran it other than a decode step (see `last_step`): where a preemption
-    # found it, unless vLLM said when.
-    last_iteration: int = 0
-    preempted_ns: int = 0
 
 
 @dataclass
 class Step:
-    """A scheduled step waiting for its model output."""
+    """A scheduled step: what ran in it, and (once its output is in) when it ended."""
 
     iteration_id: int
     start_ns: int
-    # Encoded `BatchEntry`s.
-    entries: list
-    # Records that ran a prefill chunk in it: (record, tokens, offset).
+    # The step's `num_scheduled_tokens` (request id → tokens), vLLM's own dict.
+    counts: dict
+    batch: bytes
+    # Prefill chunks: (record, tokens, offset, finishes the prompt).
     prefills: list
+    # Requests in the step that made no token (a prefill chunk short of the prompt's end).
+    silent: frozenset
     running: int
     waiting: int
     kv_cache_usage: float
-
-
-def _last_step(r: Record) -> int:
-    return max(r.last_iteration, r.token_iterations[-1] if r.token_iterations else 0)
+    end_ns: int = 0
 
 
 class Recorder:
@@ -95,16 +103,20 @@ class Recorder:
 
     def __init__(self) -> None:
         self.records: dict[str, Record] = {}
-        self.steps: dict[int, Step] = {}
-        # (start, end) of recent steps by id: tokens and preemptions take their times from it.
-        self.step_times: dict[int, tuple[int, int]] = {}
+        # Each live request's `BatchEntry` for a decode step, encoded once.
+        self.decode_entries: dict[str, bytes] = {}
+        # Scheduled steps waiting for their output, by `SchedulerOutput` identity.
+        self.pending: dict[int, Step] = {}
+        # Ended steps in iteration order, `window[i]` being iteration `window_base + i` (None
+        # where a step's events were dropped).
+        self.window: list[Step | None] = []
+        self.window_base = 0
         # Step ids increase across restarts of the engine: tokenscope keys steps by instance and id.
         self.next_iteration = time.time_ns() // 1000
         self.requests_out: list[bytes] = []
         self.iterations_out: list[bytes] = []
         # Model outputs of steps whose schedule was dropped (buffer full).
         self.unmatched_outputs = 0
-        self._prune_at = 4096
         # Live requests that asked for logprobs: only then are a step's outputs read one by one.
         self.logprob_requests = 0
 
@@ -123,73 +135,58 @@ class Recorder:
             prompt_tokens=request.num_prompt_tokens,
             sampling=sp,
             stop_token_ids=_stop_tokens(sp),
-            decode_entry=wire.batch_entry(rid, wire.PHASE_DECODE, 1, 0),
-            decode_at=request.num_prompt_tokens - 1,
         )
+        self.decode_entries[rid] = wire.batch_entry(rid, wire.PHASE_DECODE, 1, 0)
 
     def scheduled(self, so, start_ns: int, running: int, waiting: int, kv_usage: float) -> None:
         """A `SchedulerOutput`: which requests run in the step and what each computes."""
-        iteration_id = self.next_iteration
-        self.next_iteration += 1
-        counts = so.num_scheduled_tokens
         records = self.records
-        entries: list[bytes] = []
-        prefills: list = []
-        # Requests that finished since the previous step and were not seen finishing (aborted
-        # while waiting): done, at the end of the last step that ran them.
+        # Finished since the previous step without being seen finishing (aborted while waiting).
         for req_id in so.finished_req_ids:
             r = records.get(req_id)
             if r is not None:
-                self._finish(r)
-        # Said by vLLM's v2 model runner; otherwise a resume tells, later.
+                self._finish(r, 0)
         for req_id in getattr(so, "preempted_req_ids", None) or ():
             r = records.get(req_id)
             if r is not None:
                 r.preempted_ns = start_ns
-        for nr in so.scheduled_new_reqs:
-            r = records.get(nr.req_id)
-            if r is None:
-                continue
-            if r.first_scheduled_ns:
-                # The v2 model runner sends a resumed request as new.
-                self._resumed(r, start_ns)
-            else:
-                r.first_scheduled_ns = start_ns
-                r.first_iteration = iteration_id
-                r.cached_tokens = nr.num_computed_tokens
-            self._entry(r, counts.get(nr.req_id, 0), nr.num_computed_tokens, iteration_id, entries, prefills)
+        counts = so.num_scheduled_tokens
+        if not counts:
+            return
+        it = self.next_iteration
+        self.next_iteration += 1
         cached = so.scheduled_cached_reqs
-        resumed = cached.resumed_req_ids
-        get, append = records.get, entries.append
-        for req_id, before in zip(cached.req_ids, cached.num_computed_tokens):
-            r = get(req_id)
-            if r is None:
-                continue
-            if resumed and req_id in resumed:
+        for req_id in cached.resumed_req_ids or ():
+            r = records.get(req_id)
+            if r is not None:
                 self._resumed(r, start_ns)
-            # The common case first, kept lean (it runs for every request in every step): one
-            # token past everything computed is a decode step, and makes the next token.
-            if before == r.decode_at and counts[req_id] == 1:
-                append(r.decode_entry)
-                r.token_iterations.append(iteration_id)
-                r.decode_at += 1
-            else:
-                self._entry(r, counts.get(req_id, 0), before, iteration_id, entries, prefills)
-        self.steps[id(so)] = Step(iteration_id, start_ns, entries, prefills, running, waiting, kv_usage)
+        new = so.scheduled_new_reqs
+        if so.total_num_scheduled_tokens == len(counts) and not new:
+            # A decode step: every request computes its next token.
+            batch, prefills, silent = self._decode_batch(cached.req_ids), [], frozenset()
+        else:
+            batch, prefills, silent = self._mixed_batch(new, cached, counts, start_ns, it)
+        self.pending[id(so)] = Step(it, start_ns, counts, batch, prefills, silent, running, waiting, kv_usage)
 
     def updated(self, so, outputs, done, end_ns: int) -> None:
-        """A step's model output has been applied: the step ends, its tokens are out."""
-        step = self.steps.pop(id(so), None)
+        """A step's model output has been applied: the step ends; `done` finished in it."""
+        step = self.pending.pop(id(so), None)
         if step is None:
             self.unmatched_outputs += 1
             return
-        it = step.iteration_id
-        self.step_times[it] = (step.start_ns, end_ns)
-        for r, tokens, offset in step.prefills:
-            r.chunks.append((step.start_ns, end_ns, tokens, it))
+        step.end_ns = end_ns
+        self._keep(step)
+        for r, tokens, offset, _ in step.prefills:
+            r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
         self.iterations_out.append(
             wire.iteration(
-                it, step.start_ns, end_ns, b"".join(step.entries), step.running, step.waiting, step.kv_cache_usage
+                step.iteration_id,
+                step.start_ns,
+                end_ns,
+                step.batch,
+                step.running,
+                step.waiting,
+                step.kv_cache_usage,
             )
         )
         if self.logprob_requests:
@@ -203,9 +200,7 @@ class Recorder:
         for req_id in done:
             r = self.records.get(req_id)
             if r is not None:
-                self._finish(r)
-        if len(self.step_times) > self._prune_at:
-            self._forget_old_steps()
+                self._finish(r, end_ns)
 
     def finished(self, request_ids, at_ns: int) -> None:
         """Requests finished from outside the scheduler (a client went away, a stop string)."""
@@ -214,29 +209,115 @@ class Recorder:
             if r is not None:
                 self._finish(r, at_ns)
 
-    # --- helpers ------------------------------------------------------------------------------
+    def take(self) -> tuple[list[bytes], list[bytes]]:
+        """The encoded requests and iterations finished since the last call."""
+        out = (self.requests_out, self.iterations_out)
+        self.requests_out, self.iterations_out = [], []
+        return out
 
-    def _entry(self, r: Record, tokens: int, before: int, it: int, entries: list, prefills: list) -> None:
-        r.last_iteration = it
-        produced = len(r.token_iterations)
+    # --- a step's batch -----------------------------------------------------------------------
+
+    def _decode_batch(self, req_ids) -> bytes:
+        entries = self.decode_entries
+        try:
+            return b"".join(map(entries.__getitem__, req_ids))
+        except KeyError:  # a request whose arrival was dropped with a full buffer
+            return b"".join(entries.get(r, b"") for r in req_ids)
+
+    def _mixed_batch(self, new, cached, counts, start_ns: int, it: int):
+        """A step with prefill chunks or new requests: those one by one, the rest joined."""
+        records = self.records
+        entries, prefills, silent = [], [], set()
+        for nr in new:
+            r = records.get(nr.req_id)
+            if r is None:
+                continue
+            if r.first_scheduled_ns:
+                # The v2 model runner sends a resumed request as new, with every token to compute.
+                self._resumed(r, start_ns)
+            else:
+                r.first_scheduled_ns = start_ns
+                r.first_iteration = it
+                r.cached_tokens = nr.num_computed_tokens
+            total = len(nr.prefill_token_ids) if nr.prefill_token_ids is not None else r.prompt_tokens
+            made = max(0, total - r.prompt_tokens)
+            self._entry(r, counts.get(nr.req_id, 0), nr.num_computed_tokens, made, entries, prefills, silent)
+        new_ids = {nr.req_id for nr in new}
+        odd = [rid for rid, n in counts.items() if n != 1 and rid not in new_ids]
+        req_ids = cached.req_ids
+        for rid in odd:
+            r = records.get(rid)
+            if r is not None:
+                i = req_ids.index(rid)
+                self._entry(r, counts[rid], cached.num_computed_tokens[i], cached.num_output_tokens[i], entries, prefills, silent)
+        # The decoding rest in one join: the odd ones' decode entries blanked meanwhile.
+        decode = self.decode_entries
+        saved = {rid: decode[rid] for rid in odd if rid in decode}
+        decode.update(dict.fromkeys(saved, b""))
+        batch = b"".join(entries) + self._decode_batch(req_ids)
+        decode.update(saved)
+        return batch, prefills, frozenset(silent)
+
+    def _entry(self, r: Record, tokens: int, before: int, made: int, entries: list, prefills: list, silent: set) -> None:
+        """A request that computes more than one token, or is new to the batch; `made` is how
+        many tokens it had made when the step was scheduled."""
         # Everything before the last sampled token is prompt (or, after a preemption, recomputed
-        # prompt and output); computing past it is decoding. A step that reaches the end of what
-        # there is to compute samples the next token.
-        if before < r.prompt_tokens + max(0, produced - 1):
+        # prompt and output); computing past it is decoding (several tokens: speculative).
+        if before < r.prompt_tokens + max(0, made - 1):
             entries.append(wire.batch_entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
-            prefills.append((r, tokens, before))
-        elif tokens == 1:
-            entries.append(r.decode_entry)
-        else:  # speculative decoding: the drafts are verified in the same step
+            finishes = before + tokens >= r.prompt_tokens + made
+            prefills.append((r, tokens, before, finishes))
+            if not finishes:
+                silent.add(r.request_id)
+        else:
             entries.append(wire.batch_entry(r.request_id, wire.PHASE_DECODE, tokens, 0))
-        if before + tokens >= r.prompt_tokens + produced:
-            r.token_iterations.append(it)
-            r.decode_at = r.prompt_tokens + produced
+
+    # --- the step window ----------------------------------------------------------------------
+
+    def _keep(self, step: Step) -> None:
+        w = self.window
+        if not w:
+            self.window_base = step.iteration_id
+        gap = step.iteration_id - (self.window_base + len(w))
+        if gap < 0:
+            return  # out of order: older than the window
+        w.extend([None] * gap)
+        w.append(step)
+        if len(w) > STEP_WINDOW or len(w) % 1024 == 0:
+            self._forget_old_steps()
+
+    def _forget_old_steps(self) -> None:
+        """Drops the steps no live request ran in (and, past the cap, the oldest)."""
+        oldest = min(
+            (r.first_iteration for r in self.records.values() if r.first_iteration),
+            default=self.next_iteration,
+        )
+        drop = max(oldest - self.window_base, len(self.window) - STEP_WINDOW, 0)
+        drop = min(drop, len(self.window))
+        del self.window[:drop]
+        self.window_base += drop
+
+    def _steps_of(self, r: Record):
+        """The ended steps that ran the request, oldest first."""
+        rid = r.request_id
+        start = max(0, r.first_iteration - self.window_base) if r.first_iteration else 0
+        for step in self.window[start:]:
+            if step is not None and rid in step.counts:
+                yield step
+
+    def _last_step(self, r: Record) -> Step | None:
+        rid = r.request_id
+        for step in reversed(self.window):
+            if step is not None and rid in step.counts:
+                return step
+        return None
+
+    # --- request events -----------------------------------------------------------------------
 
     def _resumed(self, r: Record, at_ns: int) -> None:
         # vLLM V1 frees a preempted request's blocks and recomputes them when it resumes.
-        last = self.step_times.get(_last_step(r))
-        at = r.preempted_ns or (last[1] if last else at_ns)
+        last = self._last_step(r)
+        at = r.preempted_ns or (last.end_ns if last else at_ns)
         r.preemptions.append((at, at_ns, True))
         r.preempted_ns = 0
 
@@ -249,47 +330,34 @@ class Recorder:
             r.candidate_ids += row_ids[1:]
             r.candidate_logprobs += row_lps[1:]
 
-    def _forget_old_steps(self) -> None:
-        """Keeps the times of the steps that live requests may still need."""
-        oldest = min((r.first_iteration or self.next_iteration for r in self.records.values()), default=self.next_iteration)
-        self.step_times = {k: v for k, v in self.step_times.items() if k >= oldest}
-        # A long request holds its steps: prune again only when the table has doubled.
-        self._prune_at = max(4096, 2 * len(self.step_times))
-
-    def _finish(self, r: Record, at_ns: int = 0) -> None:
+    def _finish(self, r: Record, at_ns: int) -> None:
         """Encodes a finished request: its tokens as vLLM holds them, their steps' times."""
         del self.records[r.request_id]
+        self.decode_entries.pop(r.request_id, None)
         req = r.request
         sp = r.sampling
         if sp is not None and sp.logprobs is not None:
             self.logprob_requests -= 1
-        last = self.step_times.get(_last_step(r))
-        r.finished_ns = max(at_ns or (last[1] if last else time.time_ns()), r.arrival_ns)
-        reason = req.get_finished_reason()
-        r.finish_reason = _FINISH.get(int(reason), wire.FINISH_STOP) if reason is not None else wire.FINISH_ABORT
         r.token_ids = list(req.output_token_ids)
         n = len(r.token_ids)
-        # A step per token, unless speculative decoding made several in one step: then the
-        # tokens go without times rather than with wrong ones.
-        its = r.token_iterations[:n]
-        times = [self.step_times.get(it) for it in its]
-        if len(its) == n and all(times):
-            r.token_iterations = its
-            r.scheduled_ns = [t[0] for t in times]
-            r.emitted_ns = [t[1] for t in times]
-            if times:
-                r.first_token_ns = times[0][1]
-        else:
-            r.token_iterations = []
+        rid = r.request_id
+        making = [s for s in self._steps_of(r) if rid not in s.silent]
+        if not at_ns:
+            at_ns = making[-1].end_ns if making else time.time_ns()
+        r.finished_ns = max(at_ns, r.arrival_ns)
+        reason = req.get_finished_reason()
+        r.finish_reason = _FINISH.get(int(reason), wire.FINISH_STOP) if reason is not None else wire.FINISH_ABORT
+        # A step per token, unless speculative decoding made several in one step or the window
+        # lost the earliest: then the tokens go without times rather than with wrong ones.
+        if len(making) == n:
+            r.token_iterations = [s.iteration_id for s in making]
+            r.scheduled_ns = [s.start_ns for s in making]
+            r.emitted_ns = [s.end_ns for s in making]
+            if making:
+                r.first_token_ns = making[0].end_ns
         if r.logprobs and len(r.logprobs) != n:
             # Logprobs for some tokens only: a column must cover all or none.
             r.logprobs = r.ranks = r.candidate_counts = r.candidate_ids = r.candidate_logprobs = []
         if r.token_ids and r.token_ids[-1] in r.stop_token_ids:
             r.special = [0] * (n - 1) + [1]
         self.requests_out.append(wire.request(r))
-
-    def take(self) -> tuple[list[bytes], list[bytes]]:
-        """The encoded requests and iterations finished since the last call."""
-        out = (self.requests_out, self.iterations_out)
-        self.requests_out, self.iterations_out = [], []
-        return out

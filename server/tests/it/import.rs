@@ -289,6 +289,41 @@ async fn trtllm_disaggregated_records_import_as_prefill_and_decode_parts() {
     );
 }
 
+/// The records are read as the schema declares them: a field of the wrong type refuses its
+/// record, naming the field, and the other records are stored.
+#[tokio::test]
+async fn trtllm_record_of_the_wrong_shape_names_its_field() {
+    let app = spawn_app().await;
+    let body = r#"[
+      {"request_id": 1, "perf_metrics": {"timing_metrics": {"arrival_time": "soon", "last_token_time": 2.0}}},
+      {"request_id": 2, "perf_metrics": {"timing_metrics": {"arrival_time": 1.0, "first_token_time": 1.5, "last_token_time": 2.0}}}
+    ]"#;
+    let resp = app
+        .client
+        .post(format!(
+            "{}/api/v1/import?format=trtllm-perf-metrics&clock_offset_s={OFFSET}",
+            app.http
+        ))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let reply: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(reply["accepted_requests"], 1, "{reply}");
+    assert_eq!(reply["rejected_requests"], 1, "{reply}");
+    assert_eq!(
+        reply["rejections"][0]["field"], "perf_metrics.timing_metrics.arrival_time",
+        "{reply}"
+    );
+    assert!(
+        reply["rejections"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("WorkerPerfMetrics"),
+        "{reply}"
+    );
+}
+
 #[tokio::test]
 async fn trtllm_iteration_log_from_the_command_line() {
     let app = spawn_app().await;

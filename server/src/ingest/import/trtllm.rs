@@ -13,7 +13,6 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use serde_json::Value;
 
 use app::model::{
     BatchEntry, EngineKind, FinishReason, Iteration, KvTransfer, Nanos, Phase, PrefillChunk,
@@ -25,36 +24,173 @@ use super::{Imported, Options, json_values, resource};
 use crate::error::Result;
 use crate::ingest::{Item, ItemKind, ResourceBatch, normalize};
 
+// The formats, as `tensorrt_llm/serve/_perf_metrics_schema.py` declares them (TypedDicts; `NotRequired`
+// and `Optional` fields are `Option`s here, unknown fields ignored). The perf-time-events log
+// reuses `StepMetrics` and `TimingMetrics` and adds the engine iteration's context to each step.
+
+/// `StepMetrics`: one generation step of a request, or one chunk of its context.
+#[derive(Debug, Default, Deserialize)]
+struct StepMetrics {
+    forward_start_time: Option<f64>,
+    forward_end_time: Option<f64>,
+    sample_end_time: Option<f64>,
+    token_time: Option<f64>,
+    // The perf-time-events log's iteration context.
+    iter_counter: Option<u32>,
+    iter_batch_size: Option<u32>,
+    req_generation_token_number: Option<u32>,
+    req_context_token_number: Option<u32>,
+}
+
+impl StepMetrics {
+    /// When the step's output was ready: the token time, else the end of sampling or of the
+    /// forward.
+    fn end(&self) -> Option<f64> {
+        positive(self.token_time)
+            .or(positive(self.sample_end_time))
+            .or(positive(self.forward_end_time))
+    }
+
+    fn start(&self) -> Option<f64> {
+        positive(self.forward_start_time)
+    }
+}
+
+/// `TimeBreakdownMetrics`.
+#[derive(Debug, Default, Deserialize)]
+struct TimeBreakdownMetrics {
+    #[serde(default)]
+    step_metrics: Vec<StepMetrics>,
+    #[serde(default)]
+    ctx_chunk_metrics: Vec<StepMetrics>,
+}
+
+/// `TimingMetrics`: steady-clock seconds.
+#[derive(Debug, Default, Deserialize)]
+struct TimingMetrics {
+    arrival_time: Option<f64>,
+    first_scheduled_time: Option<f64>,
+    first_token_time: Option<f64>,
+    last_token_time: Option<f64>,
+    server_arrival_time: Option<f64>,
+    kv_cache_size: Option<f64>,
+    kv_cache_transfer_start: Option<f64>,
+    kv_cache_transfer_end: Option<f64>,
+}
+
+/// `SpeculativeDecodingMetrics`.
+#[derive(Debug, Default, Deserialize)]
+struct SpeculativeDecodingMetrics {
+    #[serde(default)]
+    total_accepted_draft_tokens: i64,
+}
+
+/// `PerfMetrics`; older TensorRT-LLM also kept the step lists in it.
+#[derive(Debug, Default, Deserialize)]
+struct PerfMetrics {
+    #[serde(default)]
+    timing_metrics: TimingMetrics,
+    first_iter: Option<i64>,
+    last_iter: Option<i64>,
+    #[serde(default)]
+    speculative_decoding: SpeculativeDecodingMetrics,
+    #[serde(default)]
+    step_metrics: Vec<StepMetrics>,
+    #[serde(default)]
+    ctx_chunk_metrics: Vec<StepMetrics>,
+}
+
+/// `request_id: Union[int, str]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RequestId {
+    Number(i64),
+    Text(String),
+}
+
+impl RequestId {
+    fn text(id: Option<&RequestId>) -> String {
+        match id {
+            Some(RequestId::Number(n)) => n.to_string(),
+            Some(RequestId::Text(s)) => s.clone(),
+            None => String::new(),
+        }
+    }
+}
+
+/// `WorkerPerfMetrics` (and `WorkerPerfMetricsRecord`, whose extra fields are not needed).
+/// The oldest records had no `perf_metrics` object: its fields sat in the record itself.
+#[derive(Debug, Deserialize)]
+struct WorkerPerfMetrics {
+    request_id: Option<RequestId>,
+    perf_metrics: Option<PerfMetrics>,
+    time_breakdown_metrics: Option<TimeBreakdownMetrics>,
+    #[serde(flatten)]
+    flat: PerfMetrics,
+}
+
+/// `DisaggPerfMetricsRecord`: a request as the disaggregated server saw it, with a worker
+/// record for each of its parts.
+#[derive(Debug, Deserialize)]
+struct DisaggPerfMetricsRecord {
+    ctx_server: String,
+    gen_server: String,
+    disagg_server_arrival_time: f64,
+    disagg_request_id: Option<u64>,
+    ctx_perf_metrics: Option<WorkerPerfMetrics>,
+    gen_perf_metrics: Option<WorkerPerfMetrics>,
+}
+
+/// A line of the perf-time-events log.
+#[derive(Debug, Deserialize)]
+struct TimeEventsRecord {
+    request_id: Option<RequestId>,
+    #[serde(default)]
+    rank: i64,
+    #[serde(default)]
+    request_timing_metrics: TimingMetrics,
+    #[serde(default)]
+    time_breakdown_metrics: TimeBreakdownMetrics,
+}
+
+/// Reads one value as `T`, naming the field that does not fit (`perf_metrics.timing_metrics.arrival_time`).
+fn typed<T: serde::de::DeserializeOwned>(
+    v: serde_json::Value,
+    format: &str,
+) -> std::result::Result<T, FieldError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let field = match e.path().to_string() {
+            p if p == "." => "the record".to_string(),
+            p => p,
+        };
+        FieldError::new(field, format!("does not fit {format}: {}", e.into_inner()))
+    })
+}
+
+fn positive(x: Option<f64>) -> Option<f64> {
+    x.filter(|x| *x > 0.0)
+}
+
 /// One request's record, whichever file it came from.
-struct Record<'a> {
+struct Record {
     label: String,
     request_id: String,
     /// Where a disaggregated request's part ran; `None`: the import's own instance.
     part: Option<Part>,
     rank: i64,
-    timing: &'a serde_json::Map<String, Value>,
-    steps: &'a [Value],
-    chunks: &'a [Value],
+    timing: TimingMetrics,
+    steps: Vec<StepMetrics>,
+    chunks: Vec<StepMetrics>,
     first_iter: Option<i64>,
     last_iter: Option<i64>,
     accepted_draft: i64,
 }
 
-static EMPTY_MAP: std::sync::LazyLock<serde_json::Map<String, Value>> =
-    std::sync::LazyLock::new(Default::default);
-
-fn id_string(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
+impl Record {
+    /// The time the last token left: the request's end on its own clock.
+    fn last_token(&self) -> Option<f64> {
+        positive(self.timing.last_token_time).or(positive(self.timing.first_token_time))
     }
-}
-
-fn list(v: Option<&Value>) -> &[Value] {
-    v.and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
 }
 
 /// One part of a disaggregated request: the worker that ran it, and the client's arrival at the
@@ -66,34 +202,33 @@ struct Part {
     client_arrival: f64,
 }
 
-/// `DisaggPerfMetricsRecord` (`tensorrt_llm/serve/_perf_metrics_schema.py`): a request as the
-/// disaggregated server saw it. Its `ctx_perf_metrics` and `gen_perf_metrics` are worker records
-/// (`WorkerPerfMetrics`), read like the records of a single worker.
-#[derive(Deserialize)]
-struct DisaggRecord {
-    ctx_server: String,
-    gen_server: String,
-    disagg_server_arrival_time: f64,
-    #[serde(default)]
-    disagg_request_id: Option<u64>,
-}
-
-impl DisaggRecord {
+impl DisaggPerfMetricsRecord {
     /// The context (prefill) and generation (decode) parts, under one request id.
-    fn parts<'a>(&self, at: &str, v: &'a Value) -> Vec<Record<'a>> {
+    fn parts(self, at: &str) -> Vec<Record> {
+        let client_arrival = self.disagg_server_arrival_time;
         let sides = [
-            ("ctx_perf_metrics", &self.ctx_server, Role::Prefill),
-            ("gen_perf_metrics", &self.gen_server, Role::Decode),
+            (
+                "ctx_perf_metrics",
+                self.ctx_perf_metrics,
+                self.ctx_server,
+                Role::Prefill,
+            ),
+            (
+                "gen_perf_metrics",
+                self.gen_perf_metrics,
+                self.gen_server,
+                Role::Decode,
+            ),
         ];
         let mut parts: Vec<Record> = sides
             .into_iter()
-            .filter_map(|(key, server, role)| {
+            .filter_map(|(key, metrics, instance, role)| {
                 let part = Part {
-                    instance: server.clone(),
+                    instance,
                     role,
-                    client_arrival: self.disagg_server_arrival_time,
+                    client_arrival,
                 };
-                Some(worker(format!("{at}.{key}"), v.get(key)?, Some(part)))
+                Some(worker(format!("{at}.{key}"), metrics?, Some(part)))
             })
             .collect();
         // The workers number the request each their own way; the disaggregated server's id, or
@@ -114,21 +249,19 @@ pub fn perf_metrics(text: &str, opts: &Options) -> Result<Imported> {
     let values = json_values(text)?;
     let mut records = Vec::new();
     let mut refused = Vec::new();
-    for located in &values {
-        let v = &located.value;
-        if v.get("ctx_server").is_some() || v.get("gen_server").is_some() {
-            match DisaggRecord::deserialize(v) {
-                Ok(d) => records.extend(d.parts(&located.at, v)),
-                Err(e) => refused.push((
-                    located.at.clone(),
-                    FieldError::new(
-                        "the record",
-                        format!("is not a DisaggPerfMetricsRecord: {e}"),
-                    ),
-                )),
-            }
+    for located in values {
+        let v = located.value;
+        let disagg = v.get("ctx_server").is_some() || v.get("gen_server").is_some();
+        let parsed = if disagg {
+            typed::<DisaggPerfMetricsRecord>(v, "a DisaggPerfMetricsRecord")
+                .map(|d| d.parts(&located.at))
         } else {
-            records.push(worker(located.at.clone(), v, None));
+            typed::<WorkerPerfMetrics>(v, "a WorkerPerfMetrics record")
+                .map(|w| vec![worker(located.at.clone(), w, None)])
+        };
+        match parsed {
+            Ok(parts) => records.extend(parts),
+            Err(e) => refused.push((located.at, e)),
         }
     }
     let mut out = map(records, opts);
@@ -138,77 +271,56 @@ pub fn perf_metrics(text: &str, opts: &Options) -> Result<Imported> {
     Ok(out)
 }
 
-/// A `WorkerPerfMetrics` record: `perf_metrics` with its `timing_metrics`, and the steps in
+/// A worker record: `perf_metrics` with its `timing_metrics`, and the steps in
 /// `time_breakdown_metrics` beside it (or, in older versions, inside `perf_metrics`).
-fn worker(label: String, v: &Value, part: Option<Part>) -> Record<'_> {
-    let pm = v.get("perf_metrics").unwrap_or(v);
-    let breakdown = |key: &str| {
-        v.get("time_breakdown_metrics")
-            .and_then(|t| t.get(key))
-            .or(pm.get(key))
+fn worker(label: String, w: WorkerPerfMetrics, part: Option<Part>) -> Record {
+    let pm = w.perf_metrics.unwrap_or(w.flat);
+    let (steps, chunks) = match w.time_breakdown_metrics {
+        Some(tb) if !(tb.step_metrics.is_empty() && tb.ctx_chunk_metrics.is_empty()) => {
+            (tb.step_metrics, tb.ctx_chunk_metrics)
+        }
+        _ => (pm.step_metrics, pm.ctx_chunk_metrics),
     };
     Record {
         label,
-        request_id: id_string(v.get("request_id")).unwrap_or_default(),
+        request_id: RequestId::text(w.request_id.as_ref()),
         part,
         rank: 0,
-        timing: pm
-            .get("timing_metrics")
-            .and_then(Value::as_object)
-            .unwrap_or(&EMPTY_MAP),
-        steps: list(breakdown("step_metrics")),
-        chunks: list(breakdown("ctx_chunk_metrics")),
-        first_iter: pm.get("first_iter").and_then(Value::as_i64),
-        last_iter: pm.get("last_iter").and_then(Value::as_i64),
-        accepted_draft: pm
-            .pointer("/speculative_decoding/total_accepted_draft_tokens")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
+        timing: pm.timing_metrics,
+        steps,
+        chunks,
+        first_iter: pm.first_iter,
+        last_iter: pm.last_iter,
+        accepted_draft: pm.speculative_decoding.total_accepted_draft_tokens,
     }
 }
 
 pub fn iteration_log(text: &str, opts: &Options) -> Result<Imported> {
     let values = json_values(text)?;
-    let records = values
-        .iter()
-        .map(|located| {
-            let v = &located.value;
-            let tb = v.get("time_breakdown_metrics").unwrap_or(&Value::Null);
-            Record {
-                label: located.at.clone(),
-                request_id: id_string(v.get("request_id")).unwrap_or_default(),
+    let mut records = Vec::new();
+    let mut refused = Vec::new();
+    for located in values {
+        match typed::<TimeEventsRecord>(located.value, "a perf-time-events record") {
+            Ok(r) => records.push(Record {
+                label: located.at,
+                request_id: RequestId::text(r.request_id.as_ref()),
                 part: None,
-                rank: v.get("rank").and_then(Value::as_i64).unwrap_or(0),
-                timing: v
-                    .get("request_timing_metrics")
-                    .and_then(Value::as_object)
-                    .unwrap_or(&EMPTY_MAP),
-                steps: list(tb.get("step_metrics")),
-                chunks: list(tb.get("ctx_chunk_metrics")),
+                rank: r.rank,
+                timing: r.request_timing_metrics,
+                steps: r.time_breakdown_metrics.step_metrics,
+                chunks: r.time_breakdown_metrics.ctx_chunk_metrics,
                 first_iter: None,
                 last_iter: None,
                 accepted_draft: 0,
-            }
-        })
-        .collect();
-    Ok(map(records, opts))
-}
-
-fn f(v: &Value, key: &str) -> Option<f64> {
-    v.get(key).and_then(Value::as_f64).filter(|x| *x > 0.0)
-}
-
-fn u(v: &Value, key: &str) -> Option<u32> {
-    v.get(key)
-        .and_then(Value::as_u64)
-        .and_then(|x| u32::try_from(x).ok())
-}
-
-/// When a step's output was ready: the token time, else the end of sampling or of the forward.
-fn step_end(v: &Value) -> Option<f64> {
-    f(v, "token_time")
-        .or(f(v, "sample_end_time"))
-        .or(f(v, "forward_end_time"))
+            }),
+            Err(e) => refused.push((located.at, e)),
+        }
+    }
+    let mut out = map(records, opts);
+    for (label, e) in refused {
+        out.decoded.reject(ItemKind::Request, &label, e);
+    }
+    Ok(out)
 }
 
 fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
@@ -223,11 +335,7 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
 
     let latest = records
         .iter()
-        .filter_map(|r| {
-            ["last_token_time", "first_token_time"]
-                .iter()
-                .find_map(|k| r.timing.get(*k)?.as_f64())
-        })
+        .filter_map(Record::last_token)
         .fold(f64::MIN, f64::max);
     // Offsets are applied in integer nanoseconds: seconds since the epoch as an f64 would lose
     // a few hundred nanoseconds.
@@ -324,13 +432,10 @@ fn step_clock_shift(rec: &Record) -> f64 {
     let last_step = rec
         .steps
         .iter()
-        .chain(rec.chunks)
-        .filter_map(step_end)
+        .chain(&rec.chunks)
+        .filter_map(StepMetrics::end)
         .fold(f64::MIN, f64::max);
-    let last_token = ["last_token_time", "first_token_time"]
-        .iter()
-        .find_map(|k| rec.timing.get(*k)?.as_f64().filter(|t| *t > 0.0));
-    match last_token {
+    match rec.last_token() {
         Some(t) if last_step > 0.0 && (t - last_step).abs() > SAME_CLOCK_S => t - last_step,
         _ => 0.0,
     }
@@ -346,15 +451,15 @@ fn request(
     if rec.request_id.is_empty() {
         return Err(FieldError::new("request_id", "is missing"));
     }
-    let timing = Value::Object(rec.timing.clone());
-    let t = |key: &str| f(&timing, key).map(ns);
+    let timing = &rec.timing;
+    let t = |x: Option<f64>| positive(x).map(ns);
     let client_arrival = rec.part.as_ref().map(|p| ns(p.client_arrival));
     let arrival = client_arrival
-        .or(t("server_arrival_time"))
-        .or(t("arrival_time"))
+        .or(t(timing.server_arrival_time))
+        .or(t(timing.arrival_time))
         .ok_or_else(|| FieldError::new("timing_metrics.arrival_time", "is missing"))?;
-    let first_token = t("first_token_time");
-    let finished = t("last_token_time")
+    let first_token = t(timing.first_token_time);
+    let finished = t(timing.last_token_time)
         .or(first_token)
         .ok_or_else(|| FieldError::new("timing_metrics.last_token_time", "is missing"))?;
 
@@ -377,12 +482,12 @@ fn request(
                 it.batch.push(entry);
             }
         };
-    for c in rec.chunks {
-        let (Some(start), Some(end)) = (f(c, "forward_start_time"), step_end(c)) else {
+    for c in &rec.chunks {
+        let (Some(start), Some(end)) = (c.start(), c.end()) else {
             continue;
         };
-        let tokens_in_chunk = u(c, "req_context_token_number").unwrap_or(0);
-        let iteration = u(c, "iter_counter");
+        let tokens_in_chunk = c.req_context_token_number.unwrap_or(0);
+        let iteration = c.iter_counter;
         prefill_chunks.push(PrefillChunk {
             start_ns: step_ns(start),
             end_ns: step_ns(end),
@@ -400,10 +505,10 @@ fn request(
             step_ns(start),
             step_ns(end),
             entry,
-            u(c, "iter_batch_size"),
+            c.iter_batch_size,
         );
     }
-    let first_scheduled = t("first_scheduled_time");
+    let first_scheduled = t(timing.first_scheduled_time);
     let role = rec.part.as_ref().map(|p| p.role);
     // Without chunk metrics the context phase is taken to run from scheduling to the first
     // token; a generation worker received its context with the KV cache and ran none.
@@ -429,18 +534,18 @@ fn request(
             ..Token::default()
         });
     }
-    for s in rec.steps {
-        let Some(end) = step_end(s) else { continue };
+    for s in &rec.steps {
+        let Some(end) = s.end() else { continue };
         let end_ns = step_ns(end);
-        let start = f(s, "forward_start_time").map(step_ns);
-        let n = u(s, "req_generation_token_number").unwrap_or(1).max(1);
-        let iteration = u(s, "iter_counter");
+        let start = s.start().map(step_ns);
+        let n = s.req_generation_token_number.unwrap_or(1).max(1);
+        let iteration = s.iter_counter;
         for _ in 0..n {
             tokens.push(Token {
                 emitted_ns: Some(end_ns),
                 scheduled_ns: start,
                 iteration: iteration.map(u64::from),
-                batch_size: u(s, "iter_batch_size"),
+                batch_size: s.iter_batch_size,
                 ..Token::default()
             });
         }
@@ -455,7 +560,7 @@ fn request(
             start.unwrap_or(end_ns),
             end_ns,
             entry,
-            u(s, "iter_batch_size"),
+            s.iter_batch_size,
         );
     }
     let output_tokens = match (tokens.is_empty(), rec.first_iter, rec.last_iter) {
@@ -466,11 +571,14 @@ fn request(
         }
         _ => 0,
     };
-    let kv_transfer = match (t("kv_cache_transfer_start"), t("kv_cache_transfer_end")) {
+    let kv_transfer = match (
+        t(timing.kv_cache_transfer_start),
+        t(timing.kv_cache_transfer_end),
+    ) {
         (Some(s), Some(e)) => Some(KvTransfer {
             start_ns: s,
             end_ns: e,
-            bytes: f(&timing, "kv_cache_size").map(|b| b as u64),
+            bytes: positive(timing.kv_cache_size).map(|b| b as u64),
         }),
         _ => None,
     };
@@ -478,8 +586,8 @@ fn request(
     // worker cannot schedule the request before its KV cache has arrived: it joins the queue
     // then, and the wait before is the transfer's.
     let queued_ns = client_arrival
-        .or(t("server_arrival_time"))
-        .and(t("arrival_time"))
+        .or(t(timing.server_arrival_time))
+        .and(t(timing.arrival_time))
         .map(|q| match (&kv_transfer, role) {
             (Some(kv), Some(Role::Decode)) => q.max(kv.end_ns),
             _ => q,
