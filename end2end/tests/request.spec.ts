@@ -140,17 +140,36 @@ async function highlighted(page: Page): Promise<number> {
   return page.getByTestId("word-flow").locator(".tk.in-range").count();
 }
 
-test("a request that does not exist says so; one on two instances offers both", async ({ page }) => {
+test("a request that does not exist says so; a PD request opens joined; an id reused on two instances offers both", async ({ page, request }) => {
   await page.goto("/requests/no-such-request");
   await expect(page.getByTestId("request-error")).toContainText("no-such-request");
-  // A PD request has a part on its prefill instance and one on its decode instance.
+  // A PD request has a part on its prefill instance and one on its decode instance: one page.
   await page.goto("/requests/pd-slow");
-  await expect(page.getByTestId("request-several")).toBeVisible();
-  const parts = page.locator("main li a");
-  await expect(parts).toHaveCount(2);
-  await parts.filter({ hasText: "sim-pd-decode" }).click();
+  await hydrated(page);
+  const parts = page.getByTestId("pd-parts");
+  await expect(parts).toContainText("prefilled on sim-pd-prefill");
+  await expect(parts).toContainText(/KV transfer 2\.5\d* s/);
+  await expect(parts).toContainText("decoded on sim-pd-decode");
+  await expect(page.getByTestId("findings").locator('[data-cause="kv_transfer_slow"]')).toBeVisible();
+  await page.screenshot({ path: "test-results/request-pd-joined.png", fullPage: true });
+  await parts.getByRole("link", { name: "sim-pd-decode" }).click();
   await expect(page).toHaveURL(/\/requests\/pd-slow\?instance=sim-pd-decode/);
   await expect(page.getByTestId("request-id")).toHaveText("pd-slow");
+  await expect(page.getByTestId("pd-parts")).toHaveCount(0);
+  // The same id on two ordinary instances is two requests: the page asks which.
+  const id = `chatcmpl-twice-${Date.now()}`;
+  for (const instance of ["replica-a", "replica-b"]) {
+    const body = chatResponse(id, [["Hi", -0.1, [["Hi", -0.1]]]]);
+    const reply = await request.post(`/api/v1/import?format=openai&instance=${instance}`, { data: JSON.stringify(body) });
+    expect(reply.status()).toBe(200);
+  }
+  await page.goto(`/requests/${id}`);
+  await expect(page.getByTestId("request-several")).toBeVisible();
+  const choices = page.locator("main li a");
+  await expect(choices).toHaveCount(2);
+  await choices.filter({ hasText: "replica-b" }).click();
+  await expect(page).toHaveURL(new RegExp(`/requests/${id}\\?instance=replica-b`));
+  await expect(page.getByTestId("request-id")).toHaveText(id);
 });
 
 test("long-prompt-monopolizes: the short request's first token waited on the long prompt", async ({ page }) => {

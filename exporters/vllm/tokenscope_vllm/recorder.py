@@ -176,6 +176,7 @@ class Recorder:
             return
         step.end_ns = end_ns
         self._keep(step)
+        batch, step.batch = step.batch, b""  # the window keeps the step, not its encoding
         for r, tokens, offset, _ in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
         self.iterations_out.append(
@@ -183,7 +184,7 @@ class Recorder:
                 step.iteration_id,
                 step.start_ns,
                 end_ns,
-                step.batch,
+                batch,
                 step.running,
                 step.waiting,
                 step.kv_cache_usage,
