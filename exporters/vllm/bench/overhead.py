@@ -1,9 +1,18 @@
 """What the plugin costs vLLM per engine step, measured on vLLM's real scheduler (CPU).
 
-A batch of `--batch` requests decoding, one token each per step: the time of `schedule()` plus
-`update_from_output()` with vLLM's plain `Scheduler` and with `TracingScheduler`, alternating runs,
-medians per step. The exporter thread runs meanwhile (it shares the GIL with the engine loop, so
-its work shows in the engine's step time too); its own CPU per step is printed beside.
+A batch of `--batch` requests decoding, one token each per step, the model's output made up.
+Three figures:
+
+1. the hooks on the engine's thread: what `TracingScheduler` adds to `schedule()` and
+   `update_from_output()` (a clock read, the batch counts, the KV usage, an append), timed per
+   call on a live scheduler;
+2. the exporter thread's CPU per step in steady decoding, recording and encoding the events of
+   1,000 steps in one go (it also frees vLLM's step objects, which the engine's thread then no
+   longer does);
+3. the engine's whole step, plain `Scheduler` against `TracingScheduler` with its exporter thread
+   running, medians of alternating runs. On this CPU-only loop both threads want the GIL all
+   the time, so this is the worst case; the figure is noisy (separate scheduler instances differ
+   by more than the plugin costs).
 
     scripts/test-engines --bench      (or: PYTHONPATH=.:tests python bench/overhead.py)
 """
@@ -19,6 +28,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+os.environ.setdefault("TOKENSCOPE_ENDPOINT", "127.0.0.1:9")  # nothing listens: sends fail fast
+os.environ.setdefault("TOKENSCOPE_INSTANCE", "bench")
 import engine  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput  # noqa: E402
@@ -26,38 +37,75 @@ from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput  # noqa: E402
 import tokenscope_vllm  # noqa: E402
 
 
-def steps(cls, batch: int, n: int, logprobs: int | None, exporter: bool = True) -> tuple[list[int], object]:
-    # The hooks alone: a buffer of size 0 drops every event (kept, they would pile up).
-    os.environ["TOKENSCOPE_BUFFER_EVENTS"] = "65536" if exporter else "0"
+def scheduler(cls, batch: int, logprobs: int | None):
     s = engine.make_scheduler(cls, max_num_seqs=batch, max_num_batched_tokens=16384, num_blocks=40000)
     for i in range(batch):
         s.add_request(engine.make_request(f"req-{i:04d}-{'x' * 24}", 64, 100000, logprobs=logprobs))
-    times = []
-    for k in range(n + 20):
-        t0 = time.perf_counter_ns()
-        so = s.schedule()
-        t1 = time.perf_counter_ns()
-        ids = list(so.num_scheduled_tokens)
-        sampled = [[1000 + (k + i) % 300] for i in range(len(ids))]
-        lp = None
-        if logprobs:
-            lp = LogprobsLists(
-                np.tile(np.arange(1000, 1001 + logprobs, dtype=np.int64), (len(ids), 1)),
-                np.full((len(ids), logprobs + 1), -0.5, dtype=np.float32),
-                np.ones(len(ids), dtype=np.int64),
-            )
-        mro = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=sampled,
-            logprobs=lp,
+    return s
+
+
+def step(s, k: int, logprobs: int | None) -> int:
+    """One engine step; returns the scheduler's own time in it (ns)."""
+    t0 = time.perf_counter_ns()
+    so = s.schedule()
+    t1 = time.perf_counter_ns()
+    ids = list(so.num_scheduled_tokens)
+    lp = None
+    if logprobs:
+        lp = LogprobsLists(
+            np.tile(np.arange(1000, 1001 + logprobs, dtype=np.int64), (len(ids), 1)),
+            np.full((len(ids), logprobs + 1), -0.5, dtype=np.float32),
+            np.ones(len(ids), dtype=np.int64),
         )
-        t2 = time.perf_counter_ns()
-        s.update_from_output(so, mro)
-        t3 = time.perf_counter_ns()
-        if k >= 20:  # past the prefill of the batch
-            times.append((t1 - t0) + (t3 - t2))
-    return times, s
+    mro = ModelRunnerOutput(
+        req_ids=ids,
+        req_id_to_index={r: i for i, r in enumerate(ids)},
+        sampled_token_ids=[[1000 + (k + i) % 300] for i in range(len(ids))],
+        logprobs=lp,
+    )
+    t2 = time.perf_counter_ns()
+    s.update_from_output(so, mro)
+    return (t1 - t0) + (time.perf_counter_ns() - t2)
+
+
+def hooks_per_step(batch: int) -> float:
+    """The engine thread's added work per step: the two hooks' pushes, timed on a live scheduler."""
+    s = scheduler(tokenscope_vllm.TracingScheduler, batch, None)
+    for k in range(30):
+        step(s, k, None)
+    s.tokenscope.close()
+    e, so, n = s.tokenscope, s.schedule(), 20000
+    done = tuple(s.finished_req_ids) if s.finished_req_ids else ()
+    t = time.perf_counter_ns()
+    for _ in range(n):
+        e.push(("step", so, time.time_ns(), len(s.running), len(s.waiting), s.kv_cache_manager.usage))
+        e.push(("update", so, {}, done, time.time_ns()))
+        e.events.clear()
+    return (time.perf_counter_ns() - t) / n
+
+
+def exporter_per_step(batch: int, logprobs: int | None, steps: int) -> float:
+    """The exporter's CPU per decode step: 1,000 steps' events recorded in one go."""
+    s = scheduler(tokenscope_vllm.TracingScheduler, batch, logprobs)
+    e = s.tokenscope
+    e.close()  # its thread stops; events wait in the buffer
+    for k in range(30):
+        step(s, k, logprobs)
+    e._drain()  # the batch's arrival and prefill
+    before = e.steps
+    for k in range(steps):
+        step(s, k, logprobs)
+    t = time.thread_time_ns()
+    e._drain()
+    return (time.thread_time_ns() - t) / (e.steps - before)
+
+
+def engine_steps(cls, batch: int, steps: int, logprobs: int | None) -> list[int]:
+    s = scheduler(cls, batch, logprobs)
+    times = [step(s, k, logprobs) for k in range(steps + 30)][30:]
+    if hasattr(s, "tokenscope"):
+        s.tokenscope.close()
+    return times
 
 
 def main() -> None:
@@ -67,27 +115,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--logprobs", type=int, default=0, help="top-k logprobs per token (0: none)")
     a = ap.parse_args()
-    os.environ.setdefault("TOKENSCOPE_ENDPOINT", "127.0.0.1:9")  # nothing listens: sends fail fast
-    os.environ.setdefault("TOKENSCOPE_INSTANCE", "bench")
     lp = a.logprobs or None
-    plain, hooks, traced, exporter_cpu = [], [], [], []
-    for _ in range(a.rounds):
-        t, _s = steps(Scheduler, a.batch, a.steps, lp)
-        plain += t
-        t, _s = steps(tokenscope_vllm.TracingScheduler, a.batch, a.steps, lp, exporter=False)
-        hooks += t
-        t, s = steps(tokenscope_vllm.TracingScheduler, a.batch, a.steps, lp)
-        traced += t
-        s.tokenscope.flush(timeout_s=60)
-        st = s.tokenscope.stats()
-        exporter_cpu.append(st["cpu_ns"] / max(1, st["steps"]))
-        s.tokenscope.close()
-    p, h, t = statistics.median(plain), statistics.median(hooks), statistics.median(traced)
-    print(f"vLLM scheduler, batch {a.batch} decoding, logprobs {a.logprobs}, {a.rounds}×{a.steps} steps per class")
-    print(f"  schedule + update_from_output, plain Scheduler:      median {p / 1e3:8.1f} µs/step")
-    print(f"  TracingScheduler, hooks only (events dropped):       median {h / 1e3:8.1f} µs/step  ({(h - p) / 1e3:+.1f})")
-    print(f"  TracingScheduler with its exporter thread running:   median {t / 1e3:8.1f} µs/step  ({(t - p) / 1e3:+.1f})")
-    print(f"  exporter thread CPU (record + encode), per step:            {statistics.median(exporter_cpu) / 1e3:8.1f} µs")
+    print(f"vLLM scheduler (CPU), batch {a.batch} decoding, logprobs {a.logprobs}")
+    print(f"  1. hooks on the engine's thread:                    {hooks_per_step(a.batch) / 1e3:8.1f} µs/step")
+    cpu = [exporter_per_step(a.batch, lp, a.steps) for _ in range(a.rounds)]
+    print(f"  2. exporter thread CPU, steady decoding:            {statistics.median(cpu) / 1e3:8.1f} µs/step")
+    plain, traced = [], []
+    for r in range(a.rounds):
+        # Which goes first alternates: a process's later schedulers run slower than its first.
+        order = [(plain, Scheduler), (traced, tokenscope_vllm.TracingScheduler)]
+        for out, cls in order if r % 2 == 0 else reversed(order):
+            out += engine_steps(cls, a.batch, a.steps, lp)
+    p, t = statistics.median(plain), statistics.median(traced)
+    print(f"  3. engine step, plain Scheduler:                    {p / 1e3:8.1f} µs/step (median)")
+    print(f"     with TracingScheduler and its exporter thread:   {t / 1e3:8.1f} µs/step ({(t - p) / 1e3:+.1f})")
 
 
 if __name__ == "__main__":

@@ -29,12 +29,14 @@ class Exporter:
         flush_interval_s: float = 0.5,
         max_batch_bytes: int = 4 << 20,
         timeout_s: float = 5.0,
+        poll_interval_s: float = 0.05,
     ) -> None:
         self.resource = resource
         self.capacity = capacity
         self.flush_interval_s = flush_interval_s
         self.max_batch_bytes = max_batch_bytes
         self.timeout_s = timeout_s
+        self.poll_interval_s = poll_interval_s
         self.events: deque = deque()
         self.recorder = Recorder()
         # Counters (read them for metrics; written by one thread each).
@@ -81,10 +83,11 @@ class Exporter:
                 self._pending_bytes and now - self._last_flush >= self.flush_interval_s
             ):
                 self._flush()
-            if not busy:
-                if not self._pending_bytes:
-                    self._idle.set()
-                self._stop.wait(0.005)
+            if not busy and not self._pending_bytes:
+                self._idle.set()
+            # Woken rarely, busy or not: each wake takes the GIL from the engine loop, and a
+            # thread that keeps asking for it makes the engine hand it over every 5 ms.
+            self._stop.wait(self.poll_interval_s)
         self._drain()
         self._flush()
         self._idle.set()

@@ -233,15 +233,16 @@ class Recorder:
             r = records.get(nr.req_id)
             if r is None:
                 continue
+            made = 0
             if r.first_scheduled_ns:
-                # The v2 model runner sends a resumed request as new, with every token to compute.
+                # The v2 model runner sends a resumed request as new: it recomputes the tokens it
+                # had made (counted from the steps that made them: vLLM's own lists are live).
                 self._resumed(r, start_ns)
+                made = sum(1 for s in self._steps_of(r) if r.request_id not in s.silent)
             else:
                 r.first_scheduled_ns = start_ns
                 r.first_iteration = it
                 r.cached_tokens = nr.num_computed_tokens
-            total = len(nr.prefill_token_ids) if nr.prefill_token_ids is not None else r.prompt_tokens
-            made = max(0, total - r.prompt_tokens)
             self._entry(r, counts.get(nr.req_id, 0), nr.num_computed_tokens, made, entries, prefills, silent)
         new_ids = {nr.req_id for nr in new}
         odd = [rid for rid, n in counts.items() if n != 1 and rid not in new_ids]
