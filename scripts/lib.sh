@@ -54,27 +54,29 @@ ensure_browser_tools() {
   fi
 }
 
-# A venv with the OpenTelemetry Python SDK: the independent OTLP client of the end-to-end tests.
-OTEL_VENV="$CARGO_TARGET_DIR/otel-venv"
-ensure_otel_sdk() {
-  local req="$ROOT/end2end/otel_sdk/requirements.txt"
-  if [ ! -f "$OTEL_VENV/.installed" ] || ! cmp -s "$req" "$OTEL_VENV/.installed"; then
-    log "installing the OpenTelemetry Python SDK (venv in $OTEL_VENV)"
-    python3 -m venv "$OTEL_VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$OTEL_VENV"; }
-    "$OTEL_VENV/bin/pip" install -q -r "$req"
-    cp "$req" "$OTEL_VENV/.installed"
+# ensure_venv DIR REQUIREMENTS WHAT: a Python venv holding exactly these requirements
+# (reinstalled when the file changes).
+ensure_venv() {
+  local venv="$1" req="$2"
+  if [ ! -f "$venv/.installed" ] || ! cmp -s "$req" "$venv/.installed"; then
+    log "installing $3 (venv in $venv)"
+    python3 -m venv "$venv" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$venv"; }
+    "$venv/bin/pip" install -q -r "$req"
+    cp "$req" "$venv/.installed"
   fi
 }
 
+# The OpenTelemetry Python SDK: the independent OTLP client of the end-to-end tests.
+OTEL_VENV="$CARGO_TARGET_DIR/otel-venv"
+ensure_otel_sdk() {
+  ensure_venv "$OTEL_VENV" "$ROOT/end2end/otel_sdk/requirements.txt" "the OpenTelemetry Python SDK"
+}
+
+# vLLM, for the exporter's tests against its real scheduler.
 VLLM_VENV="${TOKENSCOPE_VLLM_VENV:-$CARGO_TARGET_DIR/vllm-venv}"
 ensure_vllm() {
-  local req="$ROOT/exporters/vllm/requirements-test.txt"
-  if [ ! -f "$VLLM_VENV/.installed" ] || ! cmp -s "$req" "$VLLM_VENV/.installed"; then
-    log "installing vLLM for the exporter's tests (venv in $VLLM_VENV; about 9.5 GB and 6 min, once)"
-    python3 -m venv "$VLLM_VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VLLM_VENV"; }
-    "$VLLM_VENV/bin/pip" install -q -r "$req"
-    cp "$req" "$VLLM_VENV/.installed"
-  fi
+  ensure_venv "$VLLM_VENV" "$ROOT/exporters/vllm/requirements-test.txt" \
+    "vLLM for the exporter's tests (about 9.5 GB and 6 min, once)"
 }
 
 # wasm-opt from npm's binaryen: Debian's (version 108) produces a wasm that fails to hydrate.

@@ -17,9 +17,17 @@ fn fixture(rel: &str) -> PathBuf {
 const OFFSET: &str = "1796017000";
 
 async fn import(app: &TestApp, query: &str, rel: &str) -> reqwest::Response {
+    import_body(app, query, std::fs::read(fixture(rel)).unwrap()).await
+}
+
+async fn import_body(
+    app: &TestApp,
+    query: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Response {
     app.client
         .post(format!("{}/api/v1/import?{query}", app.http))
-        .body(std::fs::read(fixture(rel)).unwrap())
+        .body(body)
         .send()
         .await
         .unwrap()
@@ -272,16 +280,12 @@ async fn trtllm_disaggregated_records_import_as_prefill_and_decode_parts() {
     );
 
     // A record that names its servers but lacks the rest says what is wrong.
-    let resp = app
-        .client
-        .post(format!(
-            "{}/api/v1/import?format=trtllm-perf-metrics",
-            app.http
-        ))
-        .body(r#"[{"ctx_server": "a", "gen_server": "b"}]"#)
-        .send()
-        .await
-        .unwrap();
+    let resp = import_body(
+        &app,
+        "format=trtllm-perf-metrics",
+        r#"[{"ctx_server": "a", "gen_server": "b"}]"#,
+    )
+    .await;
     let reply: serde_json::Value = resp.json().await.unwrap();
     assert!(
         reply.to_string().contains("disagg_server_arrival_time"),
@@ -298,16 +302,8 @@ async fn trtllm_record_of_the_wrong_shape_names_its_field() {
       {"request_id": 1, "perf_metrics": {"timing_metrics": {"arrival_time": "soon", "last_token_time": 2.0}}},
       {"request_id": 2, "perf_metrics": {"timing_metrics": {"arrival_time": 1.0, "first_token_time": 1.5, "last_token_time": 2.0}}}
     ]"#;
-    let resp = app
-        .client
-        .post(format!(
-            "{}/api/v1/import?format=trtllm-perf-metrics&clock_offset_s={OFFSET}",
-            app.http
-        ))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let query = format!("format=trtllm-perf-metrics&clock_offset_s={OFFSET}");
+    let resp = import_body(&app, &query, body).await;
     let reply: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(reply["accepted_requests"], 1, "{reply}");
     assert_eq!(reply["rejected_requests"], 1, "{reply}");
@@ -442,8 +438,7 @@ async fn bad_imports_say_what_is_wrong() {
             "clock_offset_s=\"soon\"",
         ),
     ] {
-        let url = format!("{}/api/v1/import?{query}", app.http);
-        let resp = app.client.post(url).body(body).send().await.unwrap();
+        let resp = import_body(&app, query, body).await;
         assert_eq!(resp.status(), 400, "{query}");
         let reply: serde_json::Value = resp.json().await.unwrap();
         assert!(
