@@ -49,10 +49,10 @@ def run_scenario(instance: str, cls_name: str = "TracingScheduler", num_blocks: 
     return run, stats
 
 
-@pytest.fixture(scope="module")
-def scenario():
-    instance = f"vllm-cpu-{os.getpid()}-{time.time_ns()}"
-    run, stats = run_scenario(instance)
+@pytest.fixture(scope="module", params=["TracingScheduler", "TracingAsyncScheduler"])
+def scenario(request):
+    instance = f"vllm-cpu-{request.param}-{os.getpid()}-{time.time_ns()}"
+    run, stats = run_scenario(instance, request.param)
     return instance, run, stats
 
 
