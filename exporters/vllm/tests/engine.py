@@ -46,6 +46,13 @@ def model_dir() -> str:
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(TINY_MODEL, f)
+    # A word-level tokenizer: token i reads "w<i>".
+    path = os.path.join(d, "tokenizer.json")
+    if not os.path.exists(path):
+        from tokenizers import Tokenizer, models
+
+        vocab = {f"w{i}": i for i in range(TINY_MODEL["vocab_size"])}
+        Tokenizer(models.WordLevel(vocab, unk_token="w0")).save(path)
     return d
 
 

@@ -33,6 +33,8 @@ def run_scenario(instance: str, cls_name: str = "TracingScheduler", num_blocks: 
     the long request."""
     os.environ["TOKENSCOPE_ENDPOINT"] = GRPC
     os.environ["TOKENSCOPE_INSTANCE"] = instance
+    # The scheduler runs without a tokenizer (as vLLM's own tests do); the exporter loads one.
+    os.environ["TOKENSCOPE_TOKENIZER"] = engine.model_dir()
     import tokenscope_vllm
 
     scheduler = engine.make_scheduler(getattr(tokenscope_vllm, cls_name), num_blocks=num_blocks)
@@ -105,6 +107,9 @@ def test_tokens_logprobs_and_eos_are_the_schedulers(scenario):
     first = with_lp["tokens"][0]
     assert abs(first["logprob"] + 0.5) < 1e-3 and first["rank"] == 2, first
     assert [c["token_id"] for c in first["candidates"]] == [1000, 1001, 1002]
+    # Texts from the model's tokenizer, loaded by the exporter.
+    assert first["text"] == f"w{first['token_id']}", first
+    assert [c["text"] for c in first["candidates"]] == ["w1000", "w1001", "w1002"]
     assert with_lp["sampling"]["temperature"] == pytest.approx(0.7)
     assert with_lp["sampling"]["max_tokens"] == 120
     eos = api("/api/v1/requests/short-1", instance=instance)

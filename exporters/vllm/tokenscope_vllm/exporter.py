@@ -12,6 +12,7 @@ from collections import deque
 
 from . import wire
 from .recorder import Recorder
+from .texts import Texts
 
 log = logging.getLogger("tokenscope_vllm")
 
@@ -30,6 +31,7 @@ class Exporter:
         max_batch_bytes: int = 4 << 20,
         timeout_s: float = 5.0,
         poll_interval_s: float = 0.05,
+        texts: Texts | None = None,
     ) -> None:
         self.resource = resource
         self.capacity = capacity
@@ -38,7 +40,7 @@ class Exporter:
         self.timeout_s = timeout_s
         self.poll_interval_s = poll_interval_s
         self.events: deque = deque()
-        self.recorder = Recorder()
+        self.recorder = Recorder(texts)
         # Counters (read them for metrics; written by one thread each).
         self.dropped_events = 0
         self.sent_requests = 0

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import wire
+from .texts import Texts
 
 # vLLM's FinishReason (vllm/v1/engine/__init__.py): STOP, LENGTH, ABORT, ERROR, REPETITION.
 _FINISH = {0: wire.FINISH_STOP, 1: wire.FINISH_LENGTH, 2: wire.FINISH_ABORT, 3: wire.FINISH_ERROR, 4: wire.FINISH_STOP}
@@ -71,6 +72,8 @@ class Record:
     token_iterations: list = field(default_factory=list)
     emitted_ns: list = field(default_factory=list)
     scheduled_ns: list = field(default_factory=list)
+    texts: list = field(default_factory=list)
+    candidate_texts: list = field(default_factory=list)
     logprobs: list = field(default_factory=list)
     ranks: list = field(default_factory=list)
     special: list = field(default_factory=list)
@@ -101,7 +104,8 @@ class Step:
 class Recorder:
     """Consumes the scheduler's events in order; finished requests and steps come out encoded."""
 
-    def __init__(self) -> None:
+    def __init__(self, texts: Texts | None = None) -> None:
+        self.texts = texts or Texts()
         self.records: dict[str, Record] = {}
         # Each live request's `BatchEntry` for a decode step, encoded once.
         self.decode_entries: dict[str, bytes] = {}
@@ -362,4 +366,8 @@ class Recorder:
             r.logprobs = r.ranks = r.candidate_counts = r.candidate_ids = r.candidate_logprobs = []
         if r.token_ids and r.token_ids[-1] in r.stop_token_ids:
             r.special = [0] * (n - 1) + [1]
+        if self.texts.available():
+            r.texts = self.texts.texts(r.token_ids)
+            if r.candidate_ids:
+                r.candidate_texts = self.texts.texts(r.candidate_ids)
         self.requests_out.append(wire.request(r))

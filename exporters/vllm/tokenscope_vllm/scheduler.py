@@ -16,6 +16,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from . import wire
 from .exporter import Exporter
+from .texts import Texts
 
 
 def _role(vllm_config) -> int:
@@ -43,6 +44,7 @@ def _exporter(vllm_config) -> Exporter:
         resource=resource,
         capacity=int(os.environ.get("TOKENSCOPE_BUFFER_EVENTS", "65536")),
         flush_interval_s=float(os.environ.get("TOKENSCOPE_FLUSH_INTERVAL_S", "0.5")),
+        texts=Texts(model_config),
     )
 
 

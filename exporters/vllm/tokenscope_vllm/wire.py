@@ -214,10 +214,13 @@ def _tokens(r) -> bytes:
     if r.logprobs:
         out.append(packed_f32(4, r.logprobs))
         out.append(packed_varints(5, r.ranks))
+    # Strings are not packed: one field per token, empty ones included (partial UTF-8).
+    out.extend(length_delimited(6, t.encode()) for t in r.texts)
     if r.special:
         out.append(packed_varints(7, r.special))
     if r.candidate_counts:
         out.append(packed_varints(8, r.candidate_counts))
         out.append(packed_varints(9, r.candidate_ids))
         out.append(packed_f32(10, r.candidate_logprobs))
+        out.extend(length_delimited(11, t.encode()) for t in r.candidate_texts)
     return b"".join(out)
