@@ -61,6 +61,7 @@ def scenario(request):
 def test_every_request_and_step_arrives(scenario):
     instance, run, stats = scenario
     assert stats["dropped_events"] == 0 and stats["dropped_requests"] == 0, stats
+    assert stats["record_errors"] == 0, stats
     assert stats["rejected_requests"] == 0 and stats["rejected_iterations"] == 0, stats
     assert stats["sent_requests"] == 6, stats
     assert stats["sent_iterations"] == len(run.steps), stats

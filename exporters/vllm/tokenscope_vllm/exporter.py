@@ -49,6 +49,8 @@ class Exporter:
         self.dropped_iterations = 0
         self.rejected_requests = 0
         self.rejected_iterations = 0
+        # Events the recorder failed on (a vLLM it does not know): logged sparingly.
+        self.record_errors = 0
         # The exporter thread's own CPU time, and the steps it recorded.
         self.cpu_ns = 0
         self.steps = 0
@@ -111,7 +113,9 @@ class Exporter:
                 elif kind == "finish":
                     rec.finished(*args)
             except Exception:  # a vLLM change must not take the engine down with us
-                log.exception("tokenscope: could not record a %s event", kind)
+                self.record_errors += 1
+                if self.record_errors in (1, 10, 100) or self.record_errors % 10000 == 0:
+                    log.exception("tokenscope: could not record a %s event (%d so far)", kind, self.record_errors)
             # Hand the GIL back now and then: the engine's thread, if it is waiting for it, runs
             # now instead of after the interpreter's 5 ms switch interval.
             if n % 32 == 0:
@@ -190,6 +194,7 @@ class Exporter:
             "dropped_iterations": self.dropped_iterations,
             "rejected_requests": self.rejected_requests,
             "rejected_iterations": self.rejected_iterations,
+            "record_errors": self.record_errors,
             "cpu_ns": self.cpu_ns,
             "steps": self.steps,
         }
