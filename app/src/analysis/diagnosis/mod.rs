@@ -210,15 +210,22 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
         });
     }
     findings.extend(words::word_choice(r, th));
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.cause.cmp(&b.cause)));
-    Diagnosis {
-        request_id: r.request_id.clone(),
-        verdict: if findings.is_empty() {
-            Verdict::Healthy
-        } else {
-            Verdict::Degraded
-        },
-        findings,
+    Diagnosis::of(r.request_id.clone(), findings)
+}
+
+impl Diagnosis {
+    /// The diagnosis these findings make: the most severe first, degraded when there is any.
+    fn of(request_id: String, mut findings: Vec<Finding>) -> Self {
+        findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.cause.cmp(&b.cause)));
+        Diagnosis {
+            request_id,
+            verdict: if findings.is_empty() {
+                Verdict::Healthy
+            } else {
+                Verdict::Degraded
+            },
+            findings,
+        }
     }
 }
 
@@ -226,23 +233,16 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
 /// parts, each diagnosed against its own instance's steps): each cause once, its most severe
 /// finding kept, in the order `diagnose` sorts them.
 pub fn merge(request_id: &str, parts: Vec<Diagnosis>) -> Diagnosis {
-    let mut findings: Vec<Finding> = parts.into_iter().flat_map(|d| d.findings).collect();
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.cause.cmp(&b.cause)));
+    let findings = parts.into_iter().flat_map(|d| d.findings).collect();
+    let mut d = Diagnosis::of(request_id.to_string(), findings);
+    // Sorted most severe first: the first finding of a cause is the one kept.
     let mut seen = Vec::new();
-    findings.retain(|f| {
+    d.findings.retain(|f| {
         let first = !seen.contains(&f.cause);
         seen.push(f.cause);
         first
     });
-    Diagnosis {
-        request_id: request_id.to_string(),
-        verdict: if findings.is_empty() {
-            Verdict::Healthy
-        } else {
-            Verdict::Degraded
-        },
-        findings,
-    }
+    d
 }
 
 /// The gaps between consecutive tokens (emission times, in order) longer than `slo_ms`: where a

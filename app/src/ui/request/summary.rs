@@ -77,12 +77,14 @@ fn parts_line(d: &RequestDetail, live: bool) -> Option<impl IntoView + use<>> {
             } else {
                 view! { <b>{p.instance.clone()}</b> }.into_any()
             };
-            let after = (i + 1 < n && p.role == Role::Prefill)
-                .then(|| match transfer {
-                    Some(t) => format!(" → KV transfer {} → ", duration_ms(t)),
-                    None => " → ".into(),
-                })
-                .or_else(|| (i + 1 < n).then(|| " → ".into()));
+            // Between a prefill part and the next, the KV cache moved.
+            let after = match (i + 1 < n, p.role, transfer) {
+                (false, ..) => None,
+                (true, Role::Prefill, Some(t)) => {
+                    Some(format!(" → KV transfer {} → ", duration_ms(t)))
+                }
+                (true, ..) => Some(" → ".to_string()),
+            };
             view! { {what}{name}{after} }
         })
         .collect_view();
