@@ -8,7 +8,7 @@ use axum::{
 
 use app::analysis::diagnosis::Diagnosis;
 
-use super::{ThresholdParams, list, non_empty, parse_int};
+use super::{ThresholdParams, list, parse_int};
 use crate::error::{Error, Result};
 use crate::store::{RequestFilter, Store};
 
@@ -18,11 +18,9 @@ pub(super) async fn diagnose_request(
     Query(p): Query<ThresholdParams>,
 ) -> Result<Json<Diagnosis>> {
     let th = p.thresholds()?;
-    let instance = non_empty(p.instance.clone());
+    let instances = list(p.instance.clone());
     Ok(Json(
-        store
-            .diagnose_request(&request_id, instance.as_deref(), &th)
-            .await?,
+        store.diagnose_request(&request_id, &instances, &th).await?,
     ))
 }
 

@@ -9,7 +9,7 @@ use axum::{
 
 use app::api::RequestDetail;
 
-use super::{ThresholdParams, non_empty};
+use super::{ThresholdParams, list};
 use crate::error::Result;
 use crate::export;
 use crate::store::Store;
@@ -25,9 +25,8 @@ async fn download(
     render: fn(&RequestDetail) -> String,
 ) -> Result<impl IntoResponse + use<>> {
     let th = p.thresholds()?;
-    let instance = non_empty(p.instance.clone());
     let d = store
-        .get_request(request_id, instance.as_deref(), &th)
+        .get_request(request_id, &list(p.instance.clone()), &th)
         .await?;
     let name = format!("{}.{suffix}", export::file_stem(request_id));
     Ok((

@@ -117,11 +117,9 @@ fn width_px(value: Option<&str>, default: u32, max: u32) -> Result<u32> {
 
 /// A comma-separated list (`gpu-7,gpu-8`); empty when absent.
 fn list(v: Option<String>) -> Vec<String> {
-    v.iter()
-        .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
+    v.as_deref()
+        .map(crate::store::split_list)
+        .unwrap_or_default()
 }
 
 fn non_empty(v: Option<String>) -> Option<String> {

@@ -7,7 +7,7 @@ use axum::{
 
 use app::api::{RequestDetail, RequestList};
 
-use super::{ListParams, ThresholdParams, non_empty};
+use super::{ListParams, ThresholdParams, list};
 use crate::error::Result;
 use crate::store::Store;
 
@@ -29,10 +29,6 @@ pub(super) async fn get_request(
     Query(p): Query<ThresholdParams>,
 ) -> Result<Json<RequestDetail>> {
     let th = p.thresholds()?;
-    let instance = non_empty(p.instance.clone());
-    Ok(Json(
-        store
-            .get_request(&request_id, instance.as_deref(), &th)
-            .await?,
-    ))
+    let instances = list(p.instance.clone());
+    Ok(Json(store.get_request(&request_id, &instances, &th).await?))
 }

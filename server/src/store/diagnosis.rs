@@ -134,10 +134,10 @@ impl Store {
     pub async fn diagnose_request(
         &self,
         request_id: &str,
-        instance: Option<&str>,
+        instances: &[String],
         th: &Thresholds,
     ) -> Result<Diagnosis> {
-        let loaded = self.load_request(request_id, instance).await?;
+        let loaded = self.load_request(request_id, instances).await?;
         self.diagnose_loaded(&loaded, th).await
     }
 

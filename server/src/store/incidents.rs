@@ -196,10 +196,12 @@ impl Store {
     pub async fn create_incident(&self, new: &NewIncident, now_ns: Nanos) -> Result<String> {
         check(new)?;
         let th = Thresholds::default();
+        // One instance, or a PD request's instances drawn as one.
+        let instances = super::split_list(&new.instance);
         let mut requests = Vec::new();
         let mut blocks = Vec::new();
         for id in &new.requests {
-            let (loaded, steps) = self.load_with_steps(id, Some(&new.instance)).await?;
+            let (loaded, steps) = self.load_with_steps(id, &instances).await?;
             // Diagnosed from the request just loaded, not loaded again.
             let diagnosis = self.diagnose_loaded(&loaded, &th).await?;
             // A PD request's bars come from its parts, which are not frozen.
@@ -254,8 +256,6 @@ impl Store {
             pull: culprits.clone(),
             order: RowOrder::Arrival,
         };
-        // A PD request's instances, drawn as one.
-        let instances: Vec<String> = new.instance.split(',').map(str::to_string).collect();
         let waterfall = self
             .waterfall(
                 &instances,

@@ -23,7 +23,7 @@ use app::model::Nanos;
 use crate::error::Result;
 
 pub use partitions::DAY_NS;
-pub use read::{ORDER_KEYS, Order, RequestFilter};
+pub use read::{ORDER_KEYS, Order, RequestFilter, split_list};
 pub use waterfall::Rows;
 
 /// Requests are assumed to last less than this when looking back for ones that overlap a window

@@ -131,6 +131,14 @@ impl RequestFilter {
     }
 }
 
+/// A comma-separated list (`gpu-7,gpu-8`), as query parameters and incidents name instances.
+pub fn split_list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
 /// The columns a request list can be sorted by.
 pub const ORDER_KEYS: [&str; 7] = [
     "arrival", "ttft", "tpot", "e2e", "queue", "prompt", "output",
@@ -264,12 +272,10 @@ impl Store {
         Ok(Box::pin(self.list_requests(&page)).await?.1)
     }
 
-    /// One stored request as the model, with where it ran. `instance` may list several
-    /// (comma-separated, as the waterfall joins them); an id found on several instances is one
+    /// One stored request as the model, with where it ran, on one of `instances` (any when
+    /// empty; several as the waterfall joins them). An id found on several instances is one
     /// PD request when its parts are a prefill and a decode part (joined), else ambiguous.
-    pub async fn load_request(&self, request_id: &str, instance: Option<&str>) -> Result<Loaded> {
-        let instances: Option<Vec<String>> =
-            instance.map(|i| i.split(',').map(|k| k.trim().to_string()).collect());
+    pub async fn load_request(&self, request_id: &str, instances: &[String]) -> Result<Loaded> {
         let mut rows = sqlx::query_as!(
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
@@ -280,15 +286,17 @@ impl Store {
                ORDER BY r.arrival_ns DESC
                LIMIT 10"#,
             request_id,
-            instances.as_deref(),
+            (!instances.is_empty()).then_some(instances),
         )
         .fetch_all(&self.pool)
         .await?;
         match rows.len() {
             0 => {
-                let where_ = instance
-                    .map(|i| format!(" on instance {i:?}"))
-                    .unwrap_or_default();
+                let where_ = if instances.is_empty() {
+                    String::new()
+                } else {
+                    format!(" on instance {:?}", instances.join(","))
+                };
                 Err(Error::NotFound(format!(
                     "no request {request_id:?}{where_}"
                 )))
@@ -401,10 +409,10 @@ impl Store {
     pub async fn get_request(
         &self,
         request_id: &str,
-        instance: Option<&str>,
+        instances: &[String],
         th: &app::analysis::diagnosis::Thresholds,
     ) -> Result<RequestDetail> {
-        let (loaded, loads) = self.load_with_steps(request_id, instance).await?;
+        let (loaded, loads) = self.load_with_steps(request_id, instances).await?;
         Ok(detail(loaded, &loads, th))
     }
 
@@ -412,9 +420,9 @@ impl Store {
     pub async fn load_with_steps(
         &self,
         request_id: &str,
-        instance: Option<&str>,
+        instances: &[String],
     ) -> Result<(Loaded, Vec<StepLoad>)> {
-        let loaded = self.load_request(request_id, instance).await?;
+        let loaded = self.load_request(request_id, instances).await?;
         let loads = self.step_loads(loaded.instance_id, &loaded.trace).await?;
         Ok((loaded, loads))
     }
