@@ -246,20 +246,27 @@ impl DisaggPerfMetricsRecord {
 }
 
 pub fn perf_metrics(text: &str, opts: &Options) -> Result<Imported> {
-    let values = json_values(text)?;
-    let mut records = Vec::new();
-    let mut refused = Vec::new();
-    for located in values {
-        let v = located.value;
-        let disagg = v.get("ctx_server").is_some() || v.get("gen_server").is_some();
-        let parsed = if disagg {
-            typed::<DisaggPerfMetricsRecord>(v, "a DisaggPerfMetricsRecord")
-                .map(|d| d.parts(&located.at))
+    import_each(text, opts, |v, at| {
+        if v.get("ctx_server").is_some() || v.get("gen_server").is_some() {
+            typed::<DisaggPerfMetricsRecord>(v, "a DisaggPerfMetricsRecord").map(|d| d.parts(at))
         } else {
             typed::<WorkerPerfMetrics>(v, "a WorkerPerfMetrics record")
-                .map(|w| vec![worker(located.at.clone(), w, None)])
-        };
-        match parsed {
+                .map(|w| vec![worker(at.to_string(), w, None)])
+        }
+    })
+}
+
+/// Each value of the file read into its records; a value that does not fit is refused by its
+/// place in the file, and the rest are imported.
+fn import_each(
+    text: &str,
+    opts: &Options,
+    read: impl Fn(serde_json::Value, &str) -> std::result::Result<Vec<Record>, FieldError>,
+) -> Result<Imported> {
+    let mut records = Vec::new();
+    let mut refused = Vec::new();
+    for located in json_values(text)? {
+        match read(located.value, &located.at) {
             Ok(parts) => records.extend(parts),
             Err(e) => refused.push((located.at, e)),
         }
@@ -296,31 +303,21 @@ fn worker(label: String, w: WorkerPerfMetrics, part: Option<Part>) -> Record {
 }
 
 pub fn iteration_log(text: &str, opts: &Options) -> Result<Imported> {
-    let values = json_values(text)?;
-    let mut records = Vec::new();
-    let mut refused = Vec::new();
-    for located in values {
-        match typed::<TimeEventsRecord>(located.value, "a perf-time-events record") {
-            Ok(r) => records.push(Record {
-                label: located.at,
-                request_id: RequestId::text(r.request_id.as_ref()),
-                part: None,
-                rank: r.rank,
-                timing: r.request_timing_metrics,
-                steps: r.time_breakdown_metrics.step_metrics,
-                chunks: r.time_breakdown_metrics.ctx_chunk_metrics,
-                first_iter: None,
-                last_iter: None,
-                accepted_draft: 0,
-            }),
-            Err(e) => refused.push((located.at, e)),
-        }
-    }
-    let mut out = map(records, opts);
-    for (label, e) in refused {
-        out.decoded.reject(ItemKind::Request, &label, e);
-    }
-    Ok(out)
+    import_each(text, opts, |v, at| {
+        let r = typed::<TimeEventsRecord>(v, "a perf-time-events record")?;
+        Ok(vec![Record {
+            label: at.to_string(),
+            request_id: RequestId::text(r.request_id.as_ref()),
+            part: None,
+            rank: r.rank,
+            timing: r.request_timing_metrics,
+            steps: r.time_breakdown_metrics.step_metrics,
+            chunks: r.time_breakdown_metrics.ctx_chunk_metrics,
+            first_iter: None,
+            last_iter: None,
+            accepted_draft: 0,
+        }])
+    })
 }
 
 fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
