@@ -75,11 +75,10 @@ def hooks_per_step(batch: int) -> float:
         step(s, k, None)
     s.tokenscope.close()
     e, so, n = s.tokenscope, s.schedule(), 20000
-    done = tuple(s.finished_req_ids) if s.finished_req_ids else ()
     t = time.perf_counter_ns()
     for _ in range(n):
-        e.push(("step", so, time.time_ns(), len(s.running), len(s.waiting), s.kv_cache_manager.usage))
-        e.push(("update", so, {}, done, time.time_ns()))
+        e.push(s._step_event(so, time.time_ns()))
+        e.push(s._update_event(so, {}, time.time_ns()))
         e.events.clear()
     return (time.perf_counter_ns() - t) / n
 

@@ -91,7 +91,7 @@ class Step:
     # The step's `num_scheduled_tokens` (request id → tokens), vLLM's own dict.
     counts: dict
     batch: bytes
-    # Prefill chunks: (record, tokens, offset, finishes the prompt).
+    # Prefill chunks: (record, tokens).
     prefills: list
     # Requests in the step that made no token (a prefill chunk short of the prompt's end).
     silent: frozenset
@@ -181,7 +181,7 @@ class Recorder:
         step.end_ns = end_ns
         self._keep(step)
         batch, step.batch = step.batch, b""  # the window keeps the step, not its encoding
-        for r, tokens, offset, _ in step.prefills:
+        for r, tokens in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
         self.iterations_out.append(
             wire.iteration(
@@ -271,9 +271,8 @@ class Recorder:
         # prompt and output); computing past it is decoding (several tokens: speculative).
         if before < r.prompt_tokens + max(0, made - 1):
             entries.append(wire.batch_entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
-            finishes = before + tokens >= r.prompt_tokens + made
-            prefills.append((r, tokens, before, finishes))
-            if not finishes:
+            prefills.append((r, tokens))
+            if before + tokens < r.prompt_tokens + made:  # short of the prompt's end: no token
                 silent.add(r.request_id)
         else:
             entries.append(wire.batch_entry(r.request_id, wire.PHASE_DECODE, tokens, 0))
