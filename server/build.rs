@@ -12,6 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&descriptor_path, fds.encode_to_vec())?;
 
     tonic_prost_build::configure()
+        // Decodes from one contiguous buffer (see the module): native exports are mostly varints.
+        .codec_path("crate::ingest::codec::SliceCodec")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

@@ -46,7 +46,8 @@ fn main() {
             let t2 = Instant::now();
             for b in &m.decoded.batches {
                 for r in &b.requests {
-                    let block = token_block::encode(&r.value.tokens, r.value.arrival_ns, |_| None);
+                    let block =
+                        token_block::encode(&r.value.tokens, r.value.arrival_ns, |_, _| false);
                     mapped_tokens += r.value.tokens.len();
                     std::hint::black_box(block);
                 }

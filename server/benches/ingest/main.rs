@@ -12,6 +12,8 @@
 #[path = "../../tests/it/common/mod.rs"]
 #[allow(dead_code)] // the benches use only part of the test harness
 mod common;
+#[path = "../support/native_exports.rs"]
+mod native_exports;
 #[path = "../support/vllm_spans.rs"]
 mod vllm_spans;
 
@@ -79,7 +81,7 @@ fn codec() {
     let start = std::time::Instant::now();
     let mut block = Vec::new();
     for _ in 0..rounds {
-        block = token_block::encode(&r.tokens, r.arrival_ns, |_| None);
+        block = token_block::encode(&r.tokens, r.arrival_ns, |_, _| false);
     }
     let enc = start.elapsed();
     let start = std::time::Instant::now();

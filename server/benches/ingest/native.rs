@@ -5,59 +5,17 @@ use prost::Message;
 use tonic::codegen::Bytes;
 use tonic::transport::Channel;
 
-use tokenscope::fixtures;
-use tokenscope::ingest::native::to_wire;
-use tokenscope::proto::v1;
 use tokenscope::sim::encoded;
 
 use super::common::TestApp;
 use super::drive::drive;
-use super::{CONCURRENCY, Run, T0, TOP_K, connect, relation_bytes};
+use super::native_exports::{GROUP, REQUESTS_PER_BATCH, TOKENS_PER_REQUEST, TOP_K, export};
+use super::{CONCURRENCY, Run, connect, relation_bytes};
 
-const TOKENS_PER_REQUEST: usize = 512;
-const REQUESTS_PER_BATCH: usize = 32;
 const BATCHES: usize = 120;
 /// Batches sent first, untimed apart: token ids are uniform over a 128k vocabulary, and after
 /// eight batches (780k draws) practically every id has been seen.
 const WARMUP: usize = 8;
-/// Requests decoded together, sharing iterations (a realistic decode batch).
-const GROUP: usize = 16;
-
-fn batch(b: usize) -> v1::ExportRequest {
-    let requests: Vec<_> = (0..REQUESTS_PER_BATCH)
-        .map(|i| {
-            let n = b * REQUESTS_PER_BATCH + i;
-            let arrival = T0 + n as i64 * 37_000_000;
-            let first_iteration = (n / GROUP) as u64 * 1000;
-            // Shaped like vLLM's ids ("cmpl-" + 32 hex digits + "-0"): their length is what
-            // iteration batches would pay for every member of every step.
-            let id = format!(
-                "cmpl-{:032x}-0",
-                (n as u128 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
-            );
-            fixtures::request(
-                &id,
-                arrival,
-                TOKENS_PER_REQUEST,
-                TOP_K,
-                first_iteration,
-                n as u64,
-            )
-        })
-        .collect();
-    let iterations: Vec<_> = requests
-        .chunks(GROUP)
-        .flat_map(|g| fixtures::shared_iterations(g, 2))
-        .collect();
-    let instance = format!("bench-gpu-{}", b % CONCURRENCY);
-    v1::ExportRequest {
-        resource_traces: vec![to_wire(
-            &fixtures::resource(&instance),
-            &requests,
-            &iterations,
-        )],
-    }
-}
 
 /// Sends `WARMUP` batches while the server has not seen the model's vocabulary yet (cold), then
 /// `BATCHES` more (warm, the steady state of a server that has run a while).
@@ -77,7 +35,7 @@ pub async fn run(app: &TestApp) -> (Run, Run) {
 async fn send(url: &str, batches: std::ops::Range<usize>) -> Run {
     let tokens = batches.len() * REQUESTS_PER_BATCH * TOKENS_PER_REQUEST;
     let bodies: Vec<Bytes> = batches
-        .map(|b| Bytes::from(batch(b).encode_to_vec()))
+        .map(|b| Bytes::from(export(b).encode_to_vec()))
         .collect();
     drive(
         tokens,

@@ -218,9 +218,11 @@ impl Store {
                 model,
                 ..
             } = loaded;
-            blocks.push(token_block::encode(&trace.tokens, trace.arrival_ns, |_| {
-                None
-            }));
+            blocks.push(token_block::encode(
+                &trace.tokens,
+                trace.arrival_ns,
+                |_, _| false,
+            ));
             trace.tokens = Vec::new();
             requests.push(FrozenRequest {
                 trace,

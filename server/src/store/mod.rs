@@ -9,7 +9,7 @@ mod latency;
 mod partitions;
 mod read;
 pub mod token_block;
-mod vocab;
+pub mod vocab;
 mod waterfall;
 mod write;
 

@@ -80,10 +80,10 @@ struct Columns {
     cand_text: Writer,
 }
 
-fn put_text(state: &mut Writer, inline: &mut Writer, text: Option<&str>, vocab: Option<&str>) {
+fn put_text(state: &mut Writer, inline: &mut Writer, text: Option<&str>, is_vocab: bool) {
     match text {
         None => state.u8(TEXT_NONE),
-        Some(t) if Some(t) == vocab => state.u8(TEXT_VOCAB),
+        Some(_) if is_vocab => state.u8(TEXT_VOCAB),
         Some(t) => {
             state.u8(TEXT_INLINE);
             inline.str(t);
@@ -92,13 +92,19 @@ fn put_text(state: &mut Writer, inline: &mut Writer, text: Option<&str>, vocab: 
 }
 
 /// Encodes `tokens`; `base_ns` is the request's arrival (emitted times are stored as deltas);
-/// `vocab` gives the model's stored text of a token id, if known.
-pub fn encode<'v>(
-    tokens: &[Token],
+/// `in_vocab(id, text)` says whether `text` is the model's stored text of token id `id` (then
+/// the block refers to it instead of storing it).
+pub fn encode<'t>(
+    tokens: &'t [Token],
     base_ns: Nanos,
-    vocab: impl Fn(u32) -> Option<&'v str>,
+    mut in_vocab: impl FnMut(u32, &'t str) -> bool,
 ) -> Vec<u8> {
+    let mut is_vocab = |id: Option<u32>, text: Option<&'t str>| match (id, text) {
+        (Some(id), Some(text)) => in_vocab(id, text),
+        _ => false,
+    };
     let mut c = Columns::default();
+    let mut cand_in_vocab = Vec::new();
     let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
     for t in tokens {
         // Only a known id is elided; a text-only token keeps its own fields.
@@ -146,15 +152,27 @@ pub fn encode<'v>(
         }
         c.rank.varint(t.rank.map_or(0, |r| u64::from(r) + 1));
         c.special.u8(t.special.code());
+        cand_in_vocab.clear();
+        cand_in_vocab.extend(
+            t.candidates
+                .iter()
+                .map(|cand| is_vocab(cand.token_id, cand.text.as_deref())),
+        );
+        // The chosen token is usually among its candidates with the same text: one vocabulary
+        // lookup (a cache miss, at ids spread over the vocabulary) serves both.
+        let chosen_in_vocab = match pos {
+            Some(k) if t.text == t.candidates[k].text => cand_in_vocab[k],
+            _ => is_vocab(t.token_id, t.text.as_deref()),
+        };
         put_text(
             &mut c.text_state,
             &mut c.text,
             t.text.as_deref(),
-            t.token_id.and_then(&vocab),
+            chosen_in_vocab,
         );
         c.cand_count.varint(t.candidates.len() as u64);
         let mut last_q = 0i64;
-        for cand in &t.candidates {
+        for (cand, &in_vocab) in t.candidates.iter().zip(&cand_in_vocab) {
             c.cand_id.push(id_code(cand.token_id));
             let q = quantize(cand.logprob);
             c.cand_logprob.push(q.wrapping_sub(last_q) as u64);
@@ -163,7 +181,7 @@ pub fn encode<'v>(
                 &mut c.cand_text_state,
                 &mut c.cand_text,
                 cand.text.as_deref(),
-                cand.token_id.and_then(&vocab),
+                in_vocab,
             );
         }
     }
@@ -501,8 +519,8 @@ mod tests {
         let tokens = sample();
         let vocab: HashMap<u32, Arc<str>> =
             [(9906, "Hello".into()), (1, " different".into())].into();
-        let block = encode(&tokens, 1_700_000_000_000_000_000, |id| {
-            vocab.get(&id).map(|s| &**s)
+        let block = encode(&tokens, 1_700_000_000_000_000_000, |id, text| {
+            vocab.get(&id).is_some_and(|s| **s == *text)
         });
         let (mut back, refs) = decode(&block, 1_700_000_000_000_000_000).unwrap();
         assert_eq!(
@@ -534,7 +552,7 @@ mod tests {
 
     #[test]
     fn corrupt_blocks_are_errors_not_panics() {
-        let block = encode(&sample(), 0, |_| None);
+        let block = encode(&sample(), 0, |_, _| false);
         for cut in 0..block.len() {
             assert!(decode(&block[..cut], 0).is_err(), "cut at {cut}");
         }

@@ -1,9 +1,12 @@
 //! The per-model vocabulary of token texts, so blocks store a text only when it differs.
 //!
-//! Every token of every batch looks its text up here (twice per candidate when encoding), so
-//! the cache is laid out for that: one model's texts in one arena, found by token id through an
-//! array for ids below [`DENSE_IDS`] (every real vocabulary) and a map above (ids are client
-//! input). Measured against a map of separately allocated texts: see docs/BENCHMARKS.md.
+//! Every token of every batch compares its text and its candidates' texts with the entries
+//! here, at ids spread over the whole vocabulary, so each lookup is a cache miss: the cache is
+//! laid out to make it one. One model's entries are an array indexed by token id (a map for ids
+//! above [`DENSE_IDS`]: ids are client input), and an entry holds a text of up to
+//! [`INLINE`] bytes itself (nearly every token text), longer ones in one arena. Measured
+//! against a map of separately allocated texts, then against an arena of every text: see
+//! docs/BENCHMARKS.md.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -12,69 +15,96 @@ use sqlx::PgPool;
 
 use crate::error::Result;
 
-/// Ids below this are found by index (4 MB of index at most); the largest vocabularies in use
+/// Ids below this are found by index (8 MB of index at most); the largest vocabularies in use
 /// are about 256k.
 const DENSE_IDS: u32 = 1 << 19;
 
-/// Where a text lies in the arena.
+/// Texts this long or shorter live in their entry: an entry is 16 bytes, four to a cache line.
+const INLINE: usize = 12;
+
+/// One token id's text: `len` bytes in `data`, or, when longer than [`INLINE`], at the arena
+/// offset in `data[..4]`. A `len` of `u32::MAX` marks an id without a text.
 #[derive(Clone, Copy)]
-struct Span {
-    start: u32,
+struct Entry {
     len: u32,
+    data: [u8; INLINE],
 }
 
-const ABSENT: Span = Span {
-    start: 0,
+const ABSENT: Entry = Entry {
     len: u32::MAX,
+    data: [0; INLINE],
 };
 
 /// One model's cached vocabulary.
 #[derive(Default)]
 struct Texts {
-    arena: String,
-    dense: Vec<Span>,
-    sparse: HashMap<u32, Span>,
+    dense: Vec<Entry>,
+    sparse: HashMap<u32, Entry>,
+    /// Texts longer than [`INLINE`], each stored from a `&str`.
+    arena: Vec<u8>,
 }
 
 impl Texts {
-    fn get(&self, id: u32) -> Option<&str> {
-        let span = if id < DENSE_IDS {
-            *self.dense.get(id as usize)?
+    fn bytes(&self, id: u32) -> Option<&[u8]> {
+        let e = if id < DENSE_IDS {
+            self.dense.get(id as usize)?
         } else {
-            *self.sparse.get(&id)?
+            self.sparse.get(&id)?
         };
-        (span.len != ABSENT.len)
-            .then(|| &self.arena[span.start as usize..(span.start + span.len) as usize])
+        let len = e.len as usize;
+        if e.len == ABSENT.len {
+            None
+        } else if len <= INLINE {
+            Some(&e.data[..len])
+        } else {
+            let start = u32::from_le_bytes([e.data[0], e.data[1], e.data[2], e.data[3]]) as usize;
+            self.arena.get(start..start + len)
+        }
+    }
+
+    fn get(&self, id: u32) -> Option<&str> {
+        // Every entry was stored from a `&str`, so this never fails; checked rather than assumed.
+        self.bytes(id).and_then(|b| std::str::from_utf8(b).ok())
     }
 
     fn contains(&self, id: u32) -> bool {
-        self.get(id).is_some()
+        self.bytes(id).is_some()
     }
 
     /// Entries never change once stored (first writer wins), so a known id is left alone. A
-    /// text that would overflow the arena's 4 GB stays uncached (and is stored inline).
+    /// long text that would take the arena past 4 GB stays uncached (and is stored inline).
     fn insert(&mut self, id: u32, text: &str) {
         if self.contains(id) {
             return;
         }
-        let (Ok(start), Ok(len)) = (u32::try_from(self.arena.len()), u32::try_from(text.len()))
-        else {
+        let Ok(len) = u32::try_from(text.len()) else {
             return;
         };
-        // A length of u32::MAX marks an absent id; offsets past u32::MAX cannot be addressed.
-        if len == ABSENT.len || start.checked_add(len).is_none() {
-            return;
+        let mut entry = Entry {
+            len,
+            data: [0; INLINE],
+        };
+        if text.len() <= INLINE {
+            entry.data[..text.len()].copy_from_slice(text.as_bytes());
+        } else {
+            // A length of u32::MAX marks an absent id; offsets past u32::MAX cannot be addressed.
+            let Ok(start) = u32::try_from(self.arena.len()) else {
+                return;
+            };
+            if len == ABSENT.len || start.checked_add(len).is_none() {
+                return;
+            }
+            self.arena.extend_from_slice(text.as_bytes());
+            entry.data[..4].copy_from_slice(&start.to_le_bytes());
         }
-        self.arena.push_str(text);
-        let span = Span { start, len };
         if id < DENSE_IDS {
             let k = id as usize;
             if self.dense.len() <= k {
                 self.dense.resize(k + 1, ABSENT);
             }
-            self.dense[k] = span;
+            self.dense[k] = entry;
         } else {
-            self.sparse.insert(id, span);
+            self.sparse.insert(id, entry);
         }
     }
 }
@@ -93,30 +123,35 @@ impl Vocab<'_> {
     pub fn text(&self, id: u32) -> Option<&str> {
         self.0.and_then(|t| t.get(id))
     }
+
+    /// Whether `text` is the stored text of `id`: `None` when the vocabulary has no text for it
+    /// yet. Compares bytes in place: this runs for every token and candidate written.
+    pub fn matches(&self, id: u32, text: &str) -> Option<bool> {
+        self.0
+            .and_then(|t| t.bytes(id))
+            .map(|b| b == text.as_bytes())
+    }
 }
 
 impl VocabCache {
-    /// Makes sure the cache holds the stored text of every wanted token id, storing the texts not
-    /// known yet (the first text sent for an id wins). Texts with NUL bytes cannot be Postgres
-    /// `text`; they stay out (and are stored inline).
-    pub async fn ensure<'a>(
+    /// Stores texts for token ids the cache did not know (found by [`Vocab::matches`] while a
+    /// batch was encoded) and caches what the table then holds: the first text sent for an id
+    /// wins, another writer's included. Texts with NUL bytes cannot be Postgres `text`; they stay
+    /// out (and are stored inline). Returns whether the cache learned any text.
+    pub async fn store<'a>(
         &self,
         pool: &PgPool,
         model_id: i32,
-        wanted: impl Iterator<Item = (u32, &'a str)>,
-    ) -> Result<()> {
+        unknown: impl IntoIterator<Item = (u32, &'a str)>,
+    ) -> Result<bool> {
         let mut missing: HashMap<u32, &str> = HashMap::new();
-        {
-            let cache = self.by_model.read().expect("vocab cache poisoned");
-            let known = cache.get(&model_id);
-            for (id, text) in wanted {
-                if !known.is_some_and(|k| k.contains(id)) && !text.contains('\0') {
-                    missing.entry(id).or_insert(text);
-                }
+        for (id, text) in unknown {
+            if !text.contains('\0') {
+                missing.entry(id).or_insert(text);
             }
         }
         if missing.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         // Ids are stored as int4; vocabularies are far below 2^31, and the cast round-trips anyway.
         // Sorted, so concurrent writers lock the unique-index entries in the same order and
@@ -134,7 +169,8 @@ impl VocabCache {
         .execute(pool)
         .await?;
         // Read back: another writer may have stored a different text for an id first.
-        self.fetch(pool, model_id, ids).await
+        self.fetch(pool, model_id, ids).await?;
+        Ok(true)
     }
 
     /// Makes sure the cache holds the stored texts of `ids` (for decoding); ids the database
@@ -176,12 +212,22 @@ impl VocabCache {
         )
         .fetch_all(pool)
         .await?;
+        self.remember(
+            model_id,
+            rows.iter()
+                .map(|row| (row.token_id as u32, row.text.as_str())),
+        );
+        Ok(())
+    }
+
+    /// Caches texts as the `vocab` table holds them (public for the benches, which measure
+    /// encoding against a warm vocabulary without a database).
+    pub fn remember<'a>(&self, model_id: i32, texts: impl IntoIterator<Item = (u32, &'a str)>) {
         let mut cache = self.by_model.write().expect("vocab cache poisoned");
         let known = cache.entry(model_id).or_default();
-        for row in rows {
-            known.insert(row.token_id as u32, &row.text);
+        for (id, text) in texts {
+            known.insert(id, text);
         }
-        Ok(())
     }
 }
 
@@ -202,5 +248,31 @@ mod tests {
         assert_eq!(t.get(3), None, "an id between known ones");
         assert_eq!(t.get(1_000), None, "an id past the index");
         assert_eq!(t.get(u32::MAX), None);
+    }
+
+    #[test]
+    fn texts_in_their_entry_and_in_the_arena_compare_by_bytes() {
+        let mut t = Texts::default();
+        let twelve = "abcdefghijkl";
+        let thirteen = "abcdefghijklm";
+        let long = " antidisestablishmentarianism ü";
+        t.insert(1, twelve);
+        t.insert(2, thirteen);
+        t.insert(3, long);
+        t.insert(DENSE_IDS + 1, long);
+        assert_eq!(t.get(1), Some(twelve), "the longest text kept in its entry");
+        assert_eq!(t.get(2), Some(thirteen), "the shortest text in the arena");
+        assert_eq!(t.get(3), Some(long));
+        assert_eq!(t.get(DENSE_IDS + 1), Some(long));
+        let v = Vocab(Some(&t));
+        assert_eq!(v.matches(2, thirteen), Some(true));
+        assert_eq!(
+            v.matches(2, twelve),
+            Some(false),
+            "a prefix is another text"
+        );
+        assert_eq!(v.matches(1, thirteen), Some(false));
+        assert_eq!(v.matches(4, "x"), None, "unknown id");
+        assert_eq!(Vocab(None).matches(1, twelve), None, "unknown model");
     }
 }

@@ -91,27 +91,36 @@ impl Store {
         Ok(id)
     }
 
+    /// Encodes the rows of `requests` under the vocabulary cache's read lock (no await inside),
+    /// and lists the token texts whose ids the vocabulary does not know.
+    fn encode_rows<'r>(
+        &self,
+        model_id: i32,
+        requests: &[&'r RequestTrace],
+    ) -> (RequestRows, Vec<(u32, &'r str)>) {
+        self.caches.vocab.with(model_id, |vocab| {
+            let mut rows = RequestRows::default();
+            let mut unknown = Vec::new();
+            for r in requests {
+                rows.push(r, |id, text| match vocab.matches(id, text) {
+                    Some(same) => same,
+                    None => {
+                        unknown.push((id, text));
+                        false
+                    }
+                });
+            }
+            (rows, unknown)
+        })
+    }
+
     async fn write_resource(&self, batch: &ResourceBatch) -> Result<Stored> {
         let resource = &batch.resource;
         let model_id = self.model_id(&resource.model).await?;
         let requests: Vec<&RequestTrace> = batch.requests.iter().map(|i| &i.value).collect();
 
-        // Everything that needs no transaction happens first: vocabulary (idempotent), partitions
-        // (idempotent DDL), and the CPU work of encoding.
-        // Collected (not a lazy iterator) so the future stays Send across the awaits below.
-        let mut texts: Vec<(u32, &str)> = Vec::new();
-        for t in requests.iter().flat_map(|r| &r.tokens) {
-            texts.extend(t.text.as_deref().zip(t.token_id).map(|(x, id)| (id, x)));
-            texts.extend(
-                t.candidates
-                    .iter()
-                    .filter_map(|c| c.text.as_deref().zip(c.token_id).map(|(x, id)| (id, x))),
-            );
-        }
-        let vocab = &self.caches.vocab;
-        vocab
-            .ensure(&self.pool, model_id, texts.into_iter())
-            .await?;
+        // Everything that needs no transaction happens first: partitions (idempotent DDL), the
+        // CPU work of encoding, and vocabulary (idempotent).
         let parts = &self.caches.partitions;
         parts
             .ensure(
@@ -129,15 +138,17 @@ impl Store {
                 )
                 .await?;
         }
-
-        // CPU work under the cache's read lock, with no await inside.
-        let mut rows = vocab.with(model_id, |vocab| {
-            let mut rows = RequestRows::default();
-            for r in &requests {
-                rows.push(r, |id| vocab.text(id));
-            }
-            rows
-        });
+        let (mut rows, unknown) = self.encode_rows(model_id, &requests);
+        // Texts of ids the vocabulary does not know yet (a new model's first batches) are stored
+        // first and the batch encoded again, so its blocks refer to them. Steady state: one pass.
+        if self
+            .caches
+            .vocab
+            .store(&self.pool, model_id, unknown)
+            .await?
+        {
+            rows = self.encode_rows(model_id, &requests).0;
+        }
         let (first_seen, last_seen) = seen_range(batch);
 
         let mut tx = self.pool.begin().await?;
@@ -309,7 +320,7 @@ struct RequestRows {
 }
 
 impl RequestRows {
-    fn push<'v>(&mut self, r: &RequestTrace, vocab: impl Fn(u32) -> Option<&'v str>) {
+    fn push<'r>(&mut self, r: &'r RequestTrace, in_vocab: impl FnMut(u32, &'r str) -> bool) {
         let m = request_metrics(r);
         let detail = Detail {
             queued_ns: r.queued_ns,
@@ -340,7 +351,7 @@ impl RequestRows {
         self.detail
             .push(serde_json::to_value(detail).expect("Detail serializes to JSON"));
         self.tokens.push(
-            (!r.tokens.is_empty()).then(|| token_block::encode(&r.tokens, r.arrival_ns, vocab)),
+            (!r.tokens.is_empty()).then(|| token_block::encode(&r.tokens, r.arrival_ns, in_vocab)),
         );
     }
 

@@ -192,3 +192,27 @@ async fn a_batch_with_nothing_valid_is_an_error() {
         status.message()
     );
 }
+
+#[tokio::test]
+async fn bytes_that_are_not_protobuf_are_refused_by_name() {
+    let app = spawn_app().await;
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", app.running.grpc_addr))
+            .unwrap()
+            .connect_lazy();
+    // Field 1 (resource_traces), length-delimited, claiming 127 bytes of which 2 follow.
+    let body = tonic::codegen::Bytes::from_static(b"\x0a\x7f\x0a\x00");
+    let status = tokenscope::sim::encoded::export(channel, body)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("not valid protobuf"),
+        "{}",
+        status.message()
+    );
+    assert!(
+        app.get("/readyz").await.status().is_success(),
+        "the server still serves"
+    );
+}
