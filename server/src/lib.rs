@@ -9,6 +9,7 @@ pub mod error;
 pub mod export;
 pub mod fixtures;
 pub mod ingest;
+pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod sim;

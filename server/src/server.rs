@@ -140,6 +140,7 @@ fn http_app(config: &Config, store: Store, otlp: Otlp, addr: SocketAddr) -> Rout
             "/v1/traces",
             axum::routing::post(crate::ingest::otlp_endpoints::post_traces),
         )
+        .route("/metrics", axum::routing::get(crate::api::metrics::get))
         .with_state(otlp);
     api.merge(otlp_http)
         .layer(DefaultBodyLimit::max(config.max_message_bytes))

@@ -23,6 +23,7 @@ mod export;
 mod import;
 pub mod incidents;
 mod latency;
+pub mod metrics;
 mod requests;
 mod waterfall;
 

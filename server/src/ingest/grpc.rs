@@ -3,6 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use super::{native, store_decoded};
+use crate::metrics::Source;
 use crate::proto::v1::{self, trace_ingest_server::TraceIngest};
 use crate::store::Store;
 
@@ -17,7 +18,7 @@ impl TraceIngest for IngestService {
         request: Request<v1::ExportRequest>,
     ) -> Result<Response<v1::ExportResponse>, Status> {
         let decoded = native::decode(request.into_inner());
-        let reply = store_decoded(&self.store, decoded).await?;
+        let reply = store_decoded(&self.store, Source::NativeGrpc, decoded).await?;
         Ok(Response::new(reply))
     }
 }

@@ -4,6 +4,7 @@ use axum::{Json, body::Bytes, extract::State};
 
 use super::{native, store_decoded};
 use crate::error::{Error, Result};
+use crate::metrics::Source;
 use crate::proto::v1;
 use crate::store::Store;
 
@@ -18,6 +19,6 @@ pub async fn post_traces(
             "body is not a valid tokenscope.v1.ExportRequest in proto3 JSON: {e}"
         ))
     })?;
-    let reply = store_decoded(&store, native::decode(export)).await?;
+    let reply = store_decoded(&store, Source::NativeHttp, native::decode(export)).await?;
     Ok(Json(reply))
 }

@@ -14,6 +14,7 @@ pub mod otlp_endpoints;
 use app::model::{Iteration, RequestTrace, Resource, validate};
 
 use crate::error::{Error, Result};
+use crate::metrics::{Batch, Reason, Source};
 use crate::proto::v1;
 use crate::store::Store;
 
@@ -61,6 +62,8 @@ pub struct Stored {
     pub accepted_requests: u64,
     pub duplicate_requests: u64,
     pub accepted_iterations: u64,
+    /// Output tokens of the requests newly stored.
+    pub accepted_tokens: u64,
 }
 
 /// Fills what the model defines as derivable: output count from the tokens, ranks from candidates.
@@ -88,11 +91,19 @@ impl Decoded {
 
 /// Stores the valid part of a decoded batch and builds the reply. A batch in which nothing at all
 /// was valid is an error, so that a client sending only garbage hears about it loudly.
-pub async fn store_decoded(store: &Store, decoded: Decoded) -> Result<v1::ExportResponse> {
+pub async fn store_decoded(
+    store: &Store,
+    source: Source,
+    decoded: Decoded,
+) -> Result<v1::ExportResponse> {
     let Decoded {
         batches,
         rejections,
     } = decoded;
+    let count = |kind| rejections.iter().filter(|r| r.kind == kind).count() as u64;
+    let metrics = store.metrics();
+    metrics.rejected(source, Reason::InvalidRequest, count(ItemKind::Request));
+    metrics.rejected(source, Reason::InvalidIteration, count(ItemKind::Iteration));
     let had_items = batches
         .iter()
         .any(|b| !b.requests.is_empty() || !b.iterations.is_empty());
@@ -108,8 +119,18 @@ pub async fn store_decoded(store: &Store, decoded: Decoded) -> Result<v1::Export
             listed.join("; ")
         )));
     }
+    let started = std::time::Instant::now();
     let stored = store.write(&batches).await?;
-    let count = |kind| rejections.iter().filter(|r| r.kind == kind).count() as u64;
+    metrics.committed(started.elapsed());
+    metrics.stored(
+        source,
+        Batch {
+            requests: stored.accepted_requests,
+            iterations: stored.accepted_iterations,
+            tokens: stored.accepted_tokens,
+        },
+    );
+    metrics.rejected(source, Reason::DuplicateRequest, stored.duplicate_requests);
     Ok(v1::ExportResponse {
         accepted_requests: stored.accepted_requests,
         duplicate_requests: stored.duplicate_requests,

@@ -18,6 +18,7 @@ use super::otlp::assemble::Assembler;
 
 use super::{otlp, store_decoded};
 use crate::error::{Error, Result};
+use crate::metrics::Source;
 use crate::store::Store;
 
 /// Maps and stores an export; the reply follows OTLP partial success: rejected spans counted,
@@ -45,7 +46,7 @@ pub async fn store_mapped(
         .map(|r| format!("{}: {}: {}", r.item, r.field, r.message))
         .collect();
     notes.extend(mapped.warnings.iter().take(20).cloned());
-    let stored = store_decoded(store, mapped.decoded).await?;
+    let stored = store_decoded(store, Source::Otlp, mapped.decoded).await?;
     tracing::debug!(
         accepted = stored.accepted_requests,
         ignored = mapped.ignored_spans,

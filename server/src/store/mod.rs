@@ -45,6 +45,7 @@ struct Caches {
     partitions: partitions::Partitions,
     vocab: vocab::VocabCache,
     models: std::sync::Mutex<std::collections::HashMap<String, i32>>,
+    metrics: crate::metrics::Metrics,
 }
 
 impl Store {
@@ -65,6 +66,16 @@ impl Store {
             pool,
             caches: Arc::default(),
         })
+    }
+
+    /// The server's self-metrics: every ingest path holds this store, so they live here.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.caches.metrics
+    }
+
+    /// Open connections of the pool, and how many of them are idle.
+    pub fn pool_connections(&self) -> (u32, usize) {
+        (self.pool.size(), self.pool.num_idle())
     }
 
     /// Whether the database answers (for `/readyz`).

@@ -62,6 +62,7 @@ impl Store {
             stored.accepted_requests += s.accepted_requests;
             stored.duplicate_requests += s.duplicate_requests;
             stored.accepted_iterations += s.accepted_iterations;
+            stored.accepted_tokens += s.accepted_tokens;
         }
         Ok(stored)
     }
@@ -175,6 +176,7 @@ impl Store {
         .collect();
         let offered = rows.request_id.len() as u64;
         rows.retain_new(&existing);
+        let tokens: i64 = rows.output_tokens.iter().map(|&n| i64::from(n)).sum();
         let inserted = sqlx::query!(
             r#"INSERT INTO requests (instance_id, model_id, request_id, arrival_ns, finished_ns, ttft_ns, tpot_ns,
                    e2e_ns, queue_ns, prompt_tokens, output_tokens, cached_tokens, finish_reason, trace_id,
@@ -248,6 +250,7 @@ impl Store {
             accepted_requests: inserted,
             duplicate_requests: offered - inserted,
             accepted_iterations: iterations,
+            accepted_tokens: tokens as u64,
         })
     }
 }

@@ -13,6 +13,7 @@ mod incidents;
 mod ingest_batches;
 mod ingest_roundtrip;
 mod latency;
+mod metrics;
 mod migrations;
 mod otlp_ingest;
 mod query_api;

@@ -229,7 +229,7 @@ pub async fn import(
         })
         .take(100)
         .collect();
-    let r = super::store_decoded(store, decoded).await?;
+    let r = super::store_decoded(store, crate::metrics::Source::Import, decoded).await?;
     Ok(app::api::ImportReply {
         accepted_requests: r.accepted_requests,
         duplicate_requests: r.duplicate_requests,

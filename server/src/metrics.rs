@@ -1,0 +1,244 @@
+//! Self-metrics in the Prometheus text format: what ingest stored and refused, by source, and
+//! how long batches took to commit. Counters are atomics in the `Store` every ingest path holds;
+//! gauges (pool, assembler) are read when `/metrics` is scraped.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Where a batch came in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    NativeGrpc,
+    NativeHttp,
+    /// OTLP over gRPC or HTTP, and requests the assembler stored after their root span's timeout.
+    Otlp,
+    Import,
+    Demo,
+}
+
+impl Source {
+    const ALL: [Source; 5] = [
+        Source::NativeGrpc,
+        Source::NativeHttp,
+        Source::Otlp,
+        Source::Import,
+        Source::Demo,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::NativeGrpc => "native_grpc",
+            Source::NativeHttp => "native_http",
+            Source::Otlp => "otlp",
+            Source::Import => "import",
+            Source::Demo => "demo",
+        }
+    }
+}
+
+/// Why an item was not stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    InvalidRequest,
+    InvalidIteration,
+    /// Already stored (same instance and request id): a resend.
+    DuplicateRequest,
+}
+
+impl Reason {
+    const ALL: [Reason; 3] = [
+        Reason::InvalidRequest,
+        Reason::InvalidIteration,
+        Reason::DuplicateRequest,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidRequest => "invalid_request",
+            Reason::InvalidIteration => "invalid_iteration",
+            Reason::DuplicateRequest => "duplicate_request",
+        }
+    }
+}
+
+const SOURCES: usize = Source::ALL.len();
+const REASONS: usize = Reason::ALL.len();
+
+/// Upper bounds of the commit-latency buckets, in seconds.
+const COMMIT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// What one stored batch added.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Batch {
+    pub requests: u64,
+    pub iterations: u64,
+    /// Output tokens of the newly stored requests.
+    pub tokens: u64,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: [AtomicU64; SOURCES],
+    iterations: [AtomicU64; SOURCES],
+    tokens: [AtomicU64; SOURCES],
+    rejected: [[AtomicU64; REASONS]; SOURCES],
+    /// Per bucket (not cumulative; summed when rendered), then the overflow.
+    commit_buckets: [AtomicU64; COMMIT_BUCKETS.len() + 1],
+    commit_count: AtomicU64,
+    commit_micros: AtomicU64,
+}
+
+/// A value read at scrape time: name, help, one sample per label set.
+pub struct Gauge<'a> {
+    pub name: &'a str,
+    pub help: &'a str,
+    pub samples: Vec<(&'a str, f64)>,
+}
+
+impl Metrics {
+    pub fn stored(&self, source: Source, batch: Batch) {
+        let s = source as usize;
+        self.requests[s].fetch_add(batch.requests, Relaxed);
+        self.iterations[s].fetch_add(batch.iterations, Relaxed);
+        self.tokens[s].fetch_add(batch.tokens, Relaxed);
+    }
+
+    pub fn rejected(&self, source: Source, reason: Reason, n: u64) {
+        self.rejected[source as usize][reason as usize].fetch_add(n, Relaxed);
+    }
+
+    pub fn committed(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let bucket = COMMIT_BUCKETS
+            .iter()
+            .position(|&le| secs <= le)
+            .unwrap_or(COMMIT_BUCKETS.len());
+        self.commit_buckets[bucket].fetch_add(1, Relaxed);
+        self.commit_count.fetch_add(1, Relaxed);
+        self.commit_micros
+            .fetch_add(took.as_micros().min(u128::from(u64::MAX)) as u64, Relaxed);
+    }
+
+    /// The text exposition format (version 0.0.4), with `gauges` appended.
+    pub fn render(&self, gauges: &[Gauge<'_>]) -> String {
+        let mut out = String::new();
+        let by_source = |out: &mut String, name: &str, help: &str, values: &[AtomicU64]| {
+            header(out, name, help, "counter");
+            for source in Source::ALL {
+                let v = values[source as usize].load(Relaxed);
+                let _ = writeln!(out, "{name}{{source=\"{}\"}} {v}", source.as_str());
+            }
+        };
+        by_source(
+            &mut out,
+            "tokenscope_ingest_requests_total",
+            "Requests newly stored.",
+            &self.requests,
+        );
+        by_source(
+            &mut out,
+            "tokenscope_ingest_iterations_total",
+            "Engine iterations newly stored.",
+            &self.iterations,
+        );
+        by_source(
+            &mut out,
+            "tokenscope_ingest_tokens_total",
+            "Output tokens of the requests newly stored.",
+            &self.tokens,
+        );
+        let name = "tokenscope_ingest_rejected_total";
+        header(
+            &mut out,
+            name,
+            "Items not stored: invalid, or already stored (a resend).",
+            "counter",
+        );
+        for source in Source::ALL {
+            for reason in Reason::ALL {
+                let v = self.rejected[source as usize][reason as usize].load(Relaxed);
+                let _ = writeln!(
+                    out,
+                    "{name}{{source=\"{}\",reason=\"{}\"}} {v}",
+                    source.as_str(),
+                    reason.as_str()
+                );
+            }
+        }
+        let name = "tokenscope_ingest_commit_seconds";
+        header(
+            &mut out,
+            name,
+            "Time to store one batch, from the start of its writes to its commit.",
+            "histogram",
+        );
+        let mut cumulative = 0;
+        for (i, le) in COMMIT_BUCKETS.iter().enumerate() {
+            cumulative += self.commit_buckets[i].load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        cumulative += self.commit_buckets[COMMIT_BUCKETS.len()].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let sum = self.commit_micros.load(Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}");
+        let _ = writeln!(out, "{name}_count {}", self.commit_count.load(Relaxed));
+        for g in gauges {
+            header(&mut out, g.name, g.help, "gauge");
+            for (labels, v) in &g.samples {
+                let _ = writeln!(out, "{}{labels} {v}", g.name);
+            }
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_the_histogram_render_by_label() {
+        let m = Metrics::default();
+        m.stored(
+            Source::NativeGrpc,
+            Batch {
+                requests: 2,
+                iterations: 3,
+                tokens: 40,
+            },
+        );
+        m.rejected(Source::Otlp, Reason::InvalidRequest, 1);
+        m.committed(Duration::from_millis(7));
+        m.committed(Duration::from_secs(60));
+        let text = m.render(&[Gauge {
+            name: "tokenscope_db_pool_connections",
+            help: "Connections.",
+            samples: vec![("{state=\"idle\"}", 3.0)],
+        }]);
+        for line in [
+            "tokenscope_ingest_requests_total{source=\"native_grpc\"} 2",
+            "tokenscope_ingest_iterations_total{source=\"native_grpc\"} 3",
+            "tokenscope_ingest_tokens_total{source=\"native_grpc\"} 40",
+            "tokenscope_ingest_tokens_total{source=\"otlp\"} 0",
+            "tokenscope_ingest_rejected_total{source=\"otlp\",reason=\"invalid_request\"} 1",
+            "tokenscope_ingest_commit_seconds_bucket{le=\"0.005\"} 0",
+            "tokenscope_ingest_commit_seconds_bucket{le=\"0.01\"} 1",
+            "tokenscope_ingest_commit_seconds_bucket{le=\"10\"} 1",
+            "tokenscope_ingest_commit_seconds_bucket{le=\"+Inf\"} 2",
+            "tokenscope_ingest_commit_seconds_count 2",
+            "tokenscope_ingest_commit_seconds_sum 60.007",
+            "# TYPE tokenscope_db_pool_connections gauge",
+            "tokenscope_db_pool_connections{state=\"idle\"} 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
+}
