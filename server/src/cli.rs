@@ -136,6 +136,11 @@ pub struct ServeArgs {
     /// makes exporters drop whole batches).
     #[arg(long, env = "TOKENSCOPE_MAX_MESSAGE_MIB", default_value_t = 64)]
     pub max_message_mib: usize,
+    /// Bytes of ingest request bodies held at once, in MiB, from arrival until stored (both
+    /// ports together); past it, HTTP answers 429 with Retry-After and gRPC RESOURCE_EXHAUSTED.
+    /// At least --max-message-mib.
+    #[arg(long, env = "TOKENSCOPE_INGEST_BUDGET_MIB", default_value_t = 256)]
+    pub ingest_budget_mib: usize,
     /// Drop data older than this many days (0 keeps everything).
     #[arg(long, env = "TOKENSCOPE_RETENTION_DAYS", default_value_t = 0)]
     pub retention_days: u32,
@@ -153,6 +158,7 @@ impl ServeArgs {
             database_url: self.db.database_url.clone(),
             site_root: self.site_root.clone(),
             max_message_bytes: self.max_message_mib << 20,
+            ingest_budget_bytes: self.ingest_budget_mib << 20,
             retention_days: self.retention_days,
             assembly_timeout: std::time::Duration::from_secs(self.assembly_timeout_s),
         }

@@ -95,6 +95,8 @@ pub struct Metrics {
 pub struct Gauge<'a> {
     pub name: &'a str,
     pub help: &'a str,
+    /// A counter kept elsewhere (only rises) rather than a level.
+    pub counter: bool,
     pub samples: Vec<(&'a str, f64)>,
 }
 
@@ -186,7 +188,8 @@ impl Metrics {
         let _ = writeln!(out, "{name}_sum {sum}");
         let _ = writeln!(out, "{name}_count {}", self.commit_count.load(Relaxed));
         for g in gauges {
-            header(&mut out, g.name, g.help, "gauge");
+            let kind = if g.counter { "counter" } else { "gauge" };
+            header(&mut out, g.name, g.help, kind);
             for (labels, v) in &g.samples {
                 let _ = writeln!(out, "{}{labels} {v}", g.name);
             }
@@ -221,6 +224,7 @@ mod tests {
         let text = m.render(&[Gauge {
             name: "tokenscope_db_pool_connections",
             help: "Connections.",
+            counter: false,
             samples: vec![("{state=\"idle\"}", 3.0)],
         }]);
         for line in [

@@ -14,6 +14,7 @@ use tower_http::{
 };
 
 use crate::error::{Error, Result};
+use crate::ingest::budget::{Budget, BudgetLayer};
 use crate::ingest::grpc::IngestService;
 use crate::ingest::otlp_endpoints::{Otlp, OtlpTraceService};
 use crate::proto::v1::trace_ingest_server::TraceIngestServer;
@@ -29,6 +30,8 @@ pub struct Config {
     pub site_root: String,
     /// Largest accepted ingest message, gRPC or HTTP.
     pub max_message_bytes: usize,
+    /// Ingest request bodies held at once (both ports); see `ingest::budget`.
+    pub ingest_budget_bytes: usize,
     /// Drop partitions older than this many days; 0 keeps everything.
     pub retention_days: u32,
     /// How long spans of a request wait for its root span before the request is stored without it.
@@ -56,6 +59,14 @@ impl Running {
 }
 
 pub async fn start(config: Config) -> Result<Running> {
+    if config.ingest_budget_bytes < config.max_message_bytes {
+        return Err(Error::InvalidArgument(format!(
+            "the ingest budget ({} MiB) must be at least the largest message (--max-message-mib {}): a message larger than the budget could never be admitted",
+            config.ingest_budget_bytes >> 20,
+            config.max_message_bytes >> 20
+        )));
+    }
+    let budget = Budget::new(config.ingest_budget_bytes);
     let store = Store::connect(&config.database_url).await?;
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)
@@ -72,7 +83,13 @@ pub async fn start(config: Config) -> Result<Running> {
         .map_err(|e| Error::Internal(e.to_string()))?;
 
     let otlp = Otlp::new(store.clone());
-    let app = http_app(&config, store.clone(), otlp.clone(), http_addr);
+    let app = http_app(
+        &config,
+        store.clone(),
+        otlp.clone(),
+        budget.clone(),
+        http_addr,
+    );
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
     let http = tokio::spawn(async move { axum::serve(http_listener, app).await });
 
@@ -90,6 +107,7 @@ pub async fn start(config: Config) -> Result<Running> {
     let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
+            .layer(BudgetLayer(budget))
             .add_service(ingest)
             .add_service(otlp)
             .serve_with_incoming(incoming),
@@ -108,7 +126,7 @@ pub async fn start(config: Config) -> Result<Running> {
     })
 }
 
-fn http_app(config: &Config, store: Store, otlp: Otlp, addr: SocketAddr) -> Router {
+fn http_app(config: &Config, store: Store, otlp: Otlp, budget: Budget, addr: SocketAddr) -> Router {
     let leptos = LeptosOptions::builder()
         .output_name("tokenscope")
         .site_root(config.site_root.as_str())
@@ -140,11 +158,19 @@ fn http_app(config: &Config, store: Store, otlp: Otlp, addr: SocketAddr) -> Rout
             "/v1/traces",
             axum::routing::post(crate::ingest::otlp_endpoints::post_traces),
         )
+        .with_state(otlp.clone());
+    let metrics = Router::new()
         .route("/metrics", axum::routing::get(crate::api::metrics::get))
-        .with_state(otlp);
+        .with_state(crate::api::metrics::Scrape {
+            otlp,
+            budget: budget.clone(),
+        });
+    // Inside decompression: the budget counts the bytes the server will hold.
     api.merge(otlp_http)
         .layer(DefaultBodyLimit::max(config.max_message_bytes))
+        .layer(BudgetLayer(budget))
         .layer(RequestDecompressionLayer::new())
+        .merge(metrics)
         .merge(ui)
         .layer(CompressionLayer::new())
         .layer(TraceLayer::new_for_http())

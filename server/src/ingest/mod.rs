@@ -3,6 +3,7 @@
 //! Engine formats are known only to the adapters in this module (`native`, `otlp`). Everything an
 //! adapter produces goes through [`normalize`] and the model's validation before the store sees it.
 
+pub mod budget;
 pub mod codec;
 pub mod grpc;
 pub mod http;

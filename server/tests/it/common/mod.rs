@@ -51,18 +51,24 @@ pub async fn fresh_database() -> String {
 
 /// Starts the real server (HTTP + gRPC on ephemeral loopback ports) on a fresh database.
 pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+/// [`spawn_app`] with some of the server's settings changed.
+pub async fn spawn_app_with(change: impl FnOnce(&mut Config)) -> TestApp {
     let database_url = fresh_database().await;
-    let running = server::start(Config {
+    let mut config = Config {
         http_addr: "127.0.0.1:0".parse().unwrap(),
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
         database_url: database_url.clone(),
         site_root: "target/site".into(),
         max_message_bytes: 64 << 20,
+        ingest_budget_bytes: 256 << 20,
         retention_days: 0,
         assembly_timeout: std::time::Duration::from_secs(2),
-    })
-    .await
-    .expect("server starts");
+    };
+    change(&mut config);
+    let running = server::start(config).await.expect("server starts");
     let http = format!("http://{}", running.http_addr);
     TestApp {
         running,
