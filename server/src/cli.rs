@@ -50,6 +50,9 @@ pub enum Command {
         /// without this the latest token is anchored at the import time).
         #[arg(long, allow_hyphen_values = true)]
         clock_offset_s: Option<f64>,
+        /// Store no decoded text (as `serve --redact-text`).
+        #[arg(long, env = "TOKENSCOPE_REDACT_TEXT")]
+        redact_text: bool,
         file: std::path::PathBuf,
     },
     /// Simulate an LLM serving engine and send its traces (or write them to a file).
@@ -141,6 +144,10 @@ pub struct ServeArgs {
     /// At least --max-message-mib.
     #[arg(long, env = "TOKENSCOPE_INGEST_BUDGET_MIB", default_value_t = 256)]
     pub ingest_budget_mib: usize,
+    /// Store no decoded text: token and candidate texts are dropped at ingest; ids, times and
+    /// probabilities are kept (the UI then shows token ids).
+    #[arg(long, env = "TOKENSCOPE_REDACT_TEXT")]
+    pub redact_text: bool,
     /// Drop data older than this many days (0 keeps everything).
     #[arg(long, env = "TOKENSCOPE_RETENTION_DAYS", default_value_t = 0)]
     pub retention_days: u32,
@@ -159,6 +166,7 @@ impl ServeArgs {
             site_root: self.site_root.clone(),
             max_message_bytes: self.max_message_mib << 20,
             ingest_budget_bytes: self.ingest_budget_mib << 20,
+            redact_text: self.redact_text,
             retention_days: self.retention_days,
             assembly_timeout: std::time::Duration::from_secs(self.assembly_timeout_s),
         }
@@ -178,13 +186,16 @@ pub async fn run(cli: Cli) -> Result<()> {
             instance,
             model,
             clock_offset_s,
+            redact_text,
             file,
         } => {
             let bytes = std::fs::read(&file).map_err(|e| {
                 crate::error::Error::InvalidArgument(format!("cannot read {}: {e}", file.display()))
             })?;
             let format = format.resolve(&bytes)?;
-            let store = Store::connect(&db.database_url).await?;
+            let store = Store::connect(&db.database_url)
+                .await?
+                .redacting_text(redact_text);
             let opts = crate::ingest::import::Options {
                 instance: instance.unwrap_or_else(|| format.default_instance().into()),
                 model,

@@ -32,6 +32,8 @@ pub struct Config {
     pub max_message_bytes: usize,
     /// Ingest request bodies held at once (both ports); see `ingest::budget`.
     pub ingest_budget_bytes: usize,
+    /// Store no decoded token text (`--redact-text`).
+    pub redact_text: bool,
     /// Drop partitions older than this many days; 0 keeps everything.
     pub retention_days: u32,
     /// How long spans of a request wait for its root span before the request is stored without it.
@@ -67,7 +69,9 @@ pub async fn start(config: Config) -> Result<Running> {
         )));
     }
     let budget = Budget::new(config.ingest_budget_bytes);
-    let store = Store::connect(&config.database_url).await?;
+    let store = Store::connect(&config.database_url)
+        .await?
+        .redacting_text(config.redact_text);
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)
             .await

@@ -90,6 +90,17 @@ impl Decoded {
     }
 }
 
+/// Drops every decoded text of a request (`--redact-text`): what the model generated stays
+/// out of the database; ids, times and probabilities are kept.
+fn redact_text(r: &mut RequestTrace) {
+    for t in &mut r.tokens {
+        t.text = None;
+        for c in &mut t.candidates {
+            c.text = None;
+        }
+    }
+}
+
 /// Stores the valid part of a decoded batch and builds the reply. A batch in which nothing at all
 /// was valid is an error, so that a client sending only garbage hears about it loudly.
 pub async fn store_decoded(
@@ -98,9 +109,14 @@ pub async fn store_decoded(
     decoded: Decoded,
 ) -> Result<v1::ExportResponse> {
     let Decoded {
-        batches,
+        mut batches,
         rejections,
     } = decoded;
+    if store.redacts_text() {
+        for r in batches.iter_mut().flat_map(|b| &mut b.requests) {
+            redact_text(&mut r.value);
+        }
+    }
     let count = |kind| rejections.iter().filter(|r| r.kind == kind).count() as u64;
     let metrics = store.metrics();
     metrics.rejected(source, Reason::InvalidRequest, count(ItemKind::Request));

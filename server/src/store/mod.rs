@@ -38,6 +38,8 @@ const CLOCK_SLACK_NS: Nanos = 1_000_000_000;
 pub struct Store {
     pool: PgPool,
     caches: Arc<Caches>,
+    /// Token and candidate texts are dropped at ingest (`--redact-text`).
+    redact_text: bool,
 }
 
 #[derive(Default)]
@@ -65,7 +67,21 @@ impl Store {
         Ok(Self {
             pool,
             caches: Arc::default(),
+            redact_text: false,
         })
+    }
+
+    /// A store that keeps no decoded text: ingest drops token and candidate texts before they
+    /// are written (timing, ids and probabilities stay).
+    pub fn redacting_text(self, redact: bool) -> Self {
+        Self {
+            redact_text: redact,
+            ..self
+        }
+    }
+
+    pub fn redacts_text(&self) -> bool {
+        self.redact_text
     }
 
     /// The server's self-metrics: every ingest path holds this store, so they live here.

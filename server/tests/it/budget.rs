@@ -129,6 +129,7 @@ async fn a_budget_smaller_than_the_largest_message_is_refused_at_start() {
         site_root: "target/site".into(),
         max_message_bytes: 64 * MIB,
         ingest_budget_bytes: 16 * MIB,
+        redact_text: false,
         retention_days: 0,
         assembly_timeout: Duration::from_secs(2),
     })

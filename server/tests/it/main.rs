@@ -18,5 +18,6 @@ mod metrics;
 mod migrations;
 mod otlp_ingest;
 mod query_api;
+mod redact;
 mod sim_scenarios;
 mod waterfall_lane;

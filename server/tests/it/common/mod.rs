@@ -64,6 +64,7 @@ pub async fn spawn_app_with(change: impl FnOnce(&mut Config)) -> TestApp {
         site_root: "target/site".into(),
         max_message_bytes: 64 << 20,
         ingest_budget_bytes: 256 << 20,
+        redact_text: false,
         retention_days: 0,
         assembly_timeout: std::time::Duration::from_secs(2),
     };

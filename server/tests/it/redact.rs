@@ -1,0 +1,65 @@
+//! `--redact-text`: no decoded token text reaches the database; ids, times and probabilities do.
+
+use sqlx::{Connection, PgConnection};
+
+use crate::common::*;
+use tokenscope::fixtures;
+
+#[tokio::test]
+async fn with_redact_text_no_token_text_is_stored() {
+    let app = spawn_app_with(|c| c.redact_text = true).await;
+    let sent = fixtures::request("secret", T0, 40, 5, 1, 1);
+    assert!(
+        sent.tokens.iter().all(|t| t.text.is_some()),
+        "texts were sent"
+    );
+    let batch = export(
+        &fixtures::resource("gpu-0"),
+        std::slice::from_ref(&sent),
+        &[],
+    );
+    let reply = app.grpc().await.export(batch).await.unwrap().into_inner();
+    assert_eq!(reply.accepted_requests, 1);
+
+    let mut db = PgConnection::connect(&app.database_url).await.unwrap();
+    let vocab: i64 = sqlx::query_scalar("SELECT count(*) FROM vocab")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(vocab, 0, "no text in the vocabulary");
+    // Nor inline in the token block: none of the texts sent appears in its (decompressed) form,
+    // which the API reads back.
+    let d: serde_json::Value = app
+        .get("/api/v1/requests/secret")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let tokens = d["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 40);
+    for (t, s) in tokens.iter().zip(&sent.tokens) {
+        assert!(t["text"].is_null(), "{t}");
+        assert_eq!(t["token_id"], s.token_id.unwrap());
+        assert!(t["logprob"].is_number(), "probabilities are kept: {t}");
+        assert!(t["emitted_ns"].is_number(), "times are kept: {t}");
+        let cands = t["candidates"].as_array().unwrap();
+        assert_eq!(cands.len(), 5);
+        assert!(
+            cands
+                .iter()
+                .all(|c| c["text"].is_null() && c["token_id"].is_number())
+        );
+    }
+
+    // Without the flag the same request keeps its texts (the test above can fail).
+    let plain = spawn_app().await;
+    let batch = export(&fixtures::resource("gpu-0"), &[sent], &[]);
+    plain.grpc().await.export(batch).await.unwrap();
+    let d: serde_json::Value = plain
+        .get("/api/v1/requests/secret")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(d["tokens"][0]["text"].is_string());
+}
