@@ -19,5 +19,6 @@ mod migrations;
 mod otlp_ingest;
 mod query_api;
 mod redact;
+mod replicas;
 mod sim_scenarios;
 mod waterfall_lane;

@@ -56,7 +56,11 @@ pub async fn spawn_app() -> TestApp {
 
 /// [`spawn_app`] with some of the server's settings changed.
 pub async fn spawn_app_with(change: impl FnOnce(&mut Config)) -> TestApp {
-    let database_url = fresh_database().await;
+    spawn_on(fresh_database().await, change).await
+}
+
+/// Starts a server on an existing database (a second replica, say).
+pub async fn spawn_on(database_url: String, change: impl FnOnce(&mut Config)) -> TestApp {
     let mut config = Config {
         http_addr: "127.0.0.1:0".parse().unwrap(),
         grpc_addr: "127.0.0.1:0".parse().unwrap(),

@@ -1,0 +1,114 @@
+//! Server replicas are stateless: two servers on one database, sent the same requests and
+//! iterations at the same time, store each once and count each step once in the rollups.
+
+use sqlx::{Connection, PgConnection};
+
+use crate::common::*;
+use tokenscope::fixtures;
+
+const BATCHES: usize = 12;
+const REQUESTS: usize = 8;
+
+#[tokio::test]
+async fn two_replicas_ingesting_the_same_batches_store_each_item_once() {
+    let a = spawn_app().await;
+    let b = spawn_on(a.database_url.clone(), |_| {}).await;
+    let batches: Vec<_> = (0..BATCHES)
+        .map(|k| {
+            let requests: Vec<_> = (0..REQUESTS)
+                .map(|i| {
+                    let n = k * REQUESTS + i;
+                    let at = T0 + n as i64 * 50_000_000;
+                    fixtures::request(&format!("r-{n}"), at, 30, 2, n as u64 * 100 + 1, n as u64)
+                })
+                .collect();
+            let its = fixtures::shared_iterations(&requests, 2);
+            // Two instances, so writers of different instances also interleave.
+            let instance = format!("gpu-{}", k % 2);
+            export(&fixtures::resource(&instance), &requests, &its)
+        })
+        .collect();
+    let iterations: usize = batches
+        .iter()
+        .map(|e| e.resource_traces[0].iterations.len())
+        .sum();
+
+    // Every batch to both replicas at once, all batches in flight together.
+    let (mut ga, mut gb) = (a.grpc().await, b.grpc().await);
+    let sends = batches.iter().map(|batch| {
+        let (mut ga, mut gb) = (ga.clone(), gb.clone());
+        let batch = batch.clone();
+        async move {
+            let (ra, rb) = tokio::join!(ga.export(batch.clone()), gb.export(batch));
+            let (ra, rb) = (ra.unwrap().into_inner(), rb.unwrap().into_inner());
+            // Between them, each request was stored by exactly one replica.
+            assert_eq!(ra.accepted_requests + rb.accepted_requests, REQUESTS as u64);
+            assert_eq!(
+                ra.duplicate_requests + rb.duplicate_requests,
+                REQUESTS as u64
+            );
+            ra.accepted_iterations + rb.accepted_iterations
+        }
+    });
+    let stored_iterations: u64 = futures_sum(sends).await;
+    assert_eq!(
+        stored_iterations as usize, iterations,
+        "each step stored once"
+    );
+
+    // And once more to each, in turn: all duplicates.
+    for batch in &batches {
+        let r = ga.export(batch.clone()).await.unwrap().into_inner();
+        assert_eq!((r.accepted_requests, r.accepted_iterations), (0, 0));
+        let r = gb.export(batch.clone()).await.unwrap().into_inner();
+        assert_eq!((r.accepted_requests, r.accepted_iterations), (0, 0));
+    }
+
+    let mut db = PgConnection::connect(&a.database_url).await.unwrap();
+    let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql);
+    let requests = count("SELECT count(*) FROM requests")
+        .fetch_one(&mut db)
+        .await;
+    assert_eq!(requests.unwrap() as usize, BATCHES * REQUESTS);
+    let distinct = count("SELECT count(DISTINCT (instance_id, request_id)) FROM requests")
+        .fetch_one(&mut db)
+        .await;
+    assert_eq!(distinct.unwrap() as usize, BATCHES * REQUESTS);
+    let steps = count("SELECT count(*) FROM iterations")
+        .fetch_one(&mut db)
+        .await;
+    assert_eq!(steps.unwrap() as usize, iterations);
+    // The rollups at every resolution sum each step once.
+    let rolled: Vec<i64> = sqlx::query_scalar(
+        "SELECT sum(steps)::bigint FROM iteration_rollups GROUP BY resolution_ns ORDER BY resolution_ns",
+    )
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    assert!(!rolled.is_empty());
+    assert!(
+        rolled.iter().all(|&s| s as usize == iterations),
+        "{rolled:?}"
+    );
+    let keys = count("SELECT count(*) FROM request_keys")
+        .fetch_one(&mut db)
+        .await;
+    assert_eq!(
+        keys.unwrap() as usize,
+        BATCHES * REQUESTS,
+        "one key per request"
+    );
+}
+
+/// Runs the futures concurrently and adds up their results.
+async fn futures_sum<F>(futures: impl Iterator<Item = F>) -> u64
+where
+    F: std::future::Future<Output = u64> + Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut total = 0;
+    for h in handles {
+        total += h.await.unwrap();
+    }
+    total
+}
