@@ -175,7 +175,12 @@ impl ServeArgs {
 
 pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Serve(args) => server::start(args.config()).await?.wait().await,
+        Command::Serve(args) => {
+            server::start(args.config())
+                .await?
+                .serve_until(server::stop_signal())
+                .await
+        }
         Command::Migrate(db) => Store::connect(&db.database_url).await.map(|_| ()),
         Command::Demo { db, if_empty } => {
             crate::demo::load(&Store::connect(&db.database_url).await?, if_empty).await

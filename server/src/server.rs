@@ -40,23 +40,79 @@ pub struct Config {
     pub assembly_timeout: Duration,
 }
 
-/// A started server. Its tasks run until the process (or the test's runtime) ends.
+/// How long a stopping server waits for requests in flight before it exits anyway.
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// A started server. Its tasks run until [`Running::serve_until`] stops them, or the process
+/// (or the test's runtime) ends.
 pub struct Running {
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
     pub store: Store,
+    otlp: Otlp,
+    stop: tokio::sync::watch::Sender<bool>,
     http: tokio::task::JoinHandle<std::io::Result<()>>,
     grpc: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
 impl Running {
-    /// Waits until either listener stops, and reports why.
-    pub async fn wait(self) -> Result<()> {
+    /// Serves until `stop` resolves (SIGTERM, say), then stops cleanly: both ports stop
+    /// accepting, requests in flight finish (their batches are committed and acknowledged, up to
+    /// [`DRAIN_LIMIT`]), and OTLP spans still waiting for their root span are stored. An error if
+    /// a listener fails first.
+    pub async fn serve_until(self, stop: impl std::future::Future<Output = ()>) -> Result<()> {
         let failed = |what: &str, e: String| Error::Internal(format!("{what} server stopped: {e}"));
+        let Running {
+            otlp,
+            stop: stop_tx,
+            mut http,
+            mut grpc,
+            ..
+        } = self;
         tokio::select! {
-            r = self.http => r.map_err(|e| failed("HTTP", e.to_string()))?.map_err(|e| failed("HTTP", e.to_string())),
-            r = self.grpc => r.map_err(|e| failed("gRPC", e.to_string()))?.map_err(|e| failed("gRPC", e.to_string())),
+            r = &mut http => return r.map_err(|e| failed("HTTP", e.to_string()))?.map_err(|e| failed("HTTP", e.to_string())),
+            r = &mut grpc => return r.map_err(|e| failed("gRPC", e.to_string()))?.map_err(|e| failed("gRPC", e.to_string())),
+            () = stop => {}
         }
+        tracing::info!("stopping: finishing the requests in flight");
+        let _ = stop_tx.send(true);
+        let drained = tokio::time::timeout(DRAIN_LIMIT, async {
+            let _ = http.await;
+            let _ = grpc.await;
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                limit_s = DRAIN_LIMIT.as_secs(),
+                "requests still in flight at the drain limit were dropped"
+            );
+        }
+        // Held spans were acknowledged when they arrived: store them rather than lose them.
+        otlp.sweep(Duration::ZERO).await?;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Resolves when the process is asked to stop (SIGTERM or Ctrl-C).
+pub async fn stop_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
     }
 }
 
@@ -95,7 +151,18 @@ pub async fn start(config: Config) -> Result<Running> {
         http_addr,
     );
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    let http = tokio::spawn(async move { axum::serve(http_listener, app).await });
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let when_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    let http = tokio::spawn(
+        axum::serve(http_listener, app)
+            .with_graceful_shutdown(when_stopped())
+            .into_future(),
+    );
 
     let ingest = TraceIngestServer::new(IngestService {
         store: store.clone(),
@@ -104,7 +171,7 @@ pub async fn start(config: Config) -> Result<Running> {
     .accept_compressed(CompressionEncoding::Gzip)
     .send_compressed(CompressionEncoding::Gzip);
     tokio::spawn(sweep_loop(otlp.clone(), config.assembly_timeout));
-    let otlp = TraceServiceServer::new(OtlpTraceService { otlp })
+    let otlp_service = TraceServiceServer::new(OtlpTraceService { otlp: otlp.clone() })
         .max_decoding_message_size(config.max_message_bytes)
         .accept_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Gzip);
@@ -113,8 +180,8 @@ pub async fn start(config: Config) -> Result<Running> {
         tonic::transport::Server::builder()
             .layer(BudgetLayer(budget))
             .add_service(ingest)
-            .add_service(otlp)
-            .serve_with_incoming(incoming),
+            .add_service(otlp_service)
+            .serve_with_incoming_shutdown(incoming, when_stopped()),
     );
 
     if config.retention_days > 0 {
@@ -125,6 +192,8 @@ pub async fn start(config: Config) -> Result<Running> {
         http_addr,
         grpc_addr,
         store,
+        otlp,
+        stop,
         http,
         grpc,
     })

@@ -20,5 +20,6 @@ mod otlp_ingest;
 mod query_api;
 mod redact;
 mod replicas;
+mod shutdown;
 mod sim_scenarios;
 mod waterfall_lane;
