@@ -164,11 +164,14 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let held = Arc::new(Held::default());
-        // A declared length is taken up front: refused before a byte of the body is read.
+        // A declared length is taken up front: refused before a byte of the body is read. One
+        // longer than the whole budget is left to the message-size limit (413), which would
+        // otherwise never be reached: "retry later" would be a lie.
         let declared = req
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .filter(|&n| n <= self.budget.bytes)
             .unwrap_or(0);
         if declared > 0 {
             match self.budget.take(declared) {
@@ -186,6 +189,7 @@ where
                 budget: budget.clone(),
                 held: held.clone(),
                 prepaid: declared,
+                seen: 0,
             })
         });
         let response = self.inner.call(req);
@@ -212,6 +216,8 @@ pub struct Metered<B> {
     held: Arc<Held>,
     /// Bytes already taken for the declared length.
     prepaid: usize,
+    /// Bytes of this body so far.
+    seen: usize,
 }
 
 impl<B> Body for Metered<B>
@@ -232,10 +238,14 @@ where
         };
         if let Some(data) = frame.data_ref() {
             let n = data.len();
+            self.seen += n;
             let from_prepaid = n.min(self.prepaid);
             self.prepaid -= from_prepaid;
             let more = n - from_prepaid;
-            if more > 0 {
+            // A body longer than the whole budget could never be admitted: its bytes pass
+            // untaken to the message-size limit (at most the budget), which refuses it as too
+            // large; "retry later" would never come true.
+            if more > 0 && self.seen <= self.budget.bytes {
                 match self.budget.take(more) {
                     Some(p) => self.held.add(p),
                     None => {

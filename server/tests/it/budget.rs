@@ -111,6 +111,10 @@ async fn past_the_budget_ingest_is_refused_on_both_ports_and_resumes_after() {
     assert_eq!(app.get("/api/v1/requests/http-1").await.status(), 200);
     assert_eq!(app.get("/api/v1/requests/grpc-1").await.status(), 200);
 
+    // A body larger than the budget could never be admitted: it hears "too large", not "later".
+    let resp = app.post_json("/api/v1/traces", vec![b' '; 2 * MIB]).await;
+    assert_eq!(resp.status(), 413);
+
     let text = app.get("/metrics").await.text().await.unwrap();
     assert_eq!(metric(&text, "tokenscope_ingest_over_budget_total"), 2.0);
     assert_eq!(
