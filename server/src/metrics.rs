@@ -89,14 +89,13 @@ pub struct Metrics {
     commit_buckets: [AtomicU64; COMMIT_BUCKETS.len() + 1],
     commit_count: AtomicU64,
     commit_micros: AtomicU64,
+    over_budget: AtomicU64,
 }
 
 /// A value read at scrape time: name, help, one sample per label set.
 pub struct Gauge<'a> {
     pub name: &'a str,
     pub help: &'a str,
-    /// A counter kept elsewhere (only rises) rather than a level.
-    pub counter: bool,
     pub samples: Vec<(&'a str, f64)>,
 }
 
@@ -110,6 +109,11 @@ impl Metrics {
 
     pub fn rejected(&self, source: Source, reason: Reason, n: u64) {
         self.rejected[source as usize][reason as usize].fetch_add(n, Relaxed);
+    }
+
+    /// An ingest request refused because the budget was in use (`ingest::budget`).
+    pub fn over_budget(&self) {
+        self.over_budget.fetch_add(1, Relaxed);
     }
 
     pub fn committed(&self, took: Duration) {
@@ -187,9 +191,16 @@ impl Metrics {
         let sum = self.commit_micros.load(Relaxed) as f64 / 1e6;
         let _ = writeln!(out, "{name}_sum {sum}");
         let _ = writeln!(out, "{name}_count {}", self.commit_count.load(Relaxed));
+        let name = "tokenscope_ingest_over_budget_total";
+        header(
+            &mut out,
+            name,
+            "Ingest requests refused because the budget was in use (429 / RESOURCE_EXHAUSTED).",
+            "counter",
+        );
+        let _ = writeln!(out, "{name} {}", self.over_budget.load(Relaxed));
         for g in gauges {
-            let kind = if g.counter { "counter" } else { "gauge" };
-            header(&mut out, g.name, g.help, kind);
+            header(&mut out, g.name, g.help, "gauge");
             for (labels, v) in &g.samples {
                 let _ = writeln!(out, "{}{labels} {v}", g.name);
             }
@@ -221,10 +232,10 @@ mod tests {
         m.rejected(Source::Otlp, Reason::InvalidRequest, 1);
         m.committed(Duration::from_millis(7));
         m.committed(Duration::from_secs(60));
+        m.over_budget();
         let text = m.render(&[Gauge {
             name: "tokenscope_db_pool_connections",
             help: "Connections.",
-            counter: false,
             samples: vec![("{state=\"idle\"}", 3.0)],
         }]);
         for line in [
@@ -239,6 +250,8 @@ mod tests {
             "tokenscope_ingest_commit_seconds_bucket{le=\"+Inf\"} 2",
             "tokenscope_ingest_commit_seconds_count 2",
             "tokenscope_ingest_commit_seconds_sum 60.007",
+            "# TYPE tokenscope_ingest_over_budget_total counter",
+            "tokenscope_ingest_over_budget_total 1",
             "# TYPE tokenscope_db_pool_connections gauge",
             "tokenscope_db_pool_connections{state=\"idle\"} 3",
         ] {

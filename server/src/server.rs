@@ -124,10 +124,10 @@ pub async fn start(config: Config) -> Result<Running> {
             config.max_message_bytes >> 20
         )));
     }
-    let budget = Budget::new(config.ingest_budget_bytes);
     let store = Store::connect(&config.database_url)
         .await?
         .redacting_text(config.redact_text);
+    let budget = Budget::new(config.ingest_budget_bytes, store.clone());
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)
             .await

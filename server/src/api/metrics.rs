@@ -20,7 +20,6 @@ pub async fn get(State(Scrape { otlp, budget }): State<Scrape>) -> impl IntoResp
         Gauge {
             name: "tokenscope_db_pool_connections",
             help: "Database connections of the pool, by state.",
-            counter: false,
             samples: vec![
                 ("{state=\"in_use\"}", in_use as f64),
                 ("{state=\"idle\"}", idle as f64),
@@ -29,22 +28,14 @@ pub async fn get(State(Scrape { otlp, budget }): State<Scrape>) -> impl IntoResp
         Gauge {
             name: "tokenscope_ingest_budget_bytes",
             help: "Ingest request bodies held now, and the budget (--ingest-budget-mib).",
-            counter: false,
             samples: vec![
                 ("{state=\"in_use\"}", budget.in_use() as f64),
                 ("{state=\"limit\"}", budget.bytes() as f64),
             ],
         },
         Gauge {
-            name: "tokenscope_ingest_over_budget_total",
-            help: "Ingest requests refused because the budget was in use (429 / RESOURCE_EXHAUSTED).",
-            counter: true,
-            samples: vec![("", budget.refused() as f64)],
-        },
-        Gauge {
             name: "tokenscope_otlp_assembler_held_spans",
             help: "OTLP spans held until their request's root span arrives (or times out).",
-            counter: false,
             samples: vec![("", otlp.assembler.held_spans() as f64)],
         },
     ]);

@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 
@@ -20,6 +20,8 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
+use crate::store::Store;
+
 /// Seconds a refused client is asked to wait (`Retry-After`).
 const RETRY_AFTER_S: u32 = 1;
 
@@ -28,16 +30,17 @@ const RETRY_AFTER_S: u32 = 1;
 pub struct Budget {
     permits: Arc<Semaphore>,
     bytes: usize,
-    refused: Arc<AtomicU64>,
+    /// Where refusals are counted (the self-metrics).
+    store: Store,
 }
 
 impl Budget {
-    pub fn new(bytes: usize) -> Self {
+    pub fn new(bytes: usize, store: Store) -> Self {
         let bytes = bytes.min(Semaphore::MAX_PERMITS);
         Self {
             permits: Arc::new(Semaphore::new(bytes)),
             bytes,
-            refused: Arc::default(),
+            store,
         }
     }
 
@@ -48,11 +51,6 @@ impl Budget {
 
     pub fn bytes(&self) -> usize {
         self.bytes
-    }
-
-    /// Requests refused for the budget since the start.
-    pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
     }
 
     /// Takes `n` more bytes, or none when that would pass the budget.
@@ -188,7 +186,7 @@ where
                 inner: body,
                 budget: budget.clone(),
                 held: held.clone(),
-                prepaid: declared,
+                declared,
                 seen: 0,
             })
         });
@@ -205,7 +203,7 @@ where
 }
 
 fn refuse<B: PortBody>(budget: &Budget) -> Response<B> {
-    budget.refused.fetch_add(1, Ordering::Relaxed);
+    budget.store.metrics().over_budget();
     B::refuse(budget.refusal())
 }
 
@@ -214,8 +212,8 @@ pub struct Metered<B> {
     inner: B,
     budget: Budget,
     held: Arc<Held>,
-    /// Bytes already taken for the declared length.
-    prepaid: usize,
+    /// The declared length, taken up front (0 when none was taken).
+    declared: usize,
     /// Bytes of this body so far.
     seen: usize,
 }
@@ -237,11 +235,10 @@ where
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         };
         if let Some(data) = frame.data_ref() {
-            let n = data.len();
-            self.seen += n;
-            let from_prepaid = n.min(self.prepaid);
-            self.prepaid -= from_prepaid;
-            let more = n - from_prepaid;
+            let before = self.seen;
+            self.seen += data.len();
+            // Only the bytes past the declared length are new to the budget.
+            let more = self.seen.saturating_sub(before.max(self.declared));
             // A body longer than the whole budget could never be admitted: its bytes pass
             // untaken to the message-size limit (at most the budget), which refuses it as too
             // large; "retry later" would never come true.

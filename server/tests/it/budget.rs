@@ -16,14 +16,7 @@ const MIB: usize = 1 << 20;
 const HELD: usize = 900 * 1024;
 
 async fn budget_in_use(app: &TestApp) -> f64 {
-    let text = app.get("/metrics").await.text().await.unwrap();
-    metric(&text, "tokenscope_ingest_budget_bytes{state=\"in_use\"}")
-}
-
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{series} in\n{text}"))
+    app.metrics().await["tokenscope_ingest_budget_bytes{state=\"in_use\"}"]
 }
 
 /// Waits until the budget in use satisfies `ok` (the server sees the stalled upload's header, or
@@ -115,8 +108,10 @@ async fn past_the_budget_ingest_is_refused_on_both_ports_and_resumes_after() {
     let resp = app.post_json("/api/v1/traces", vec![b' '; 2 * MIB]).await;
     assert_eq!(resp.status(), 413);
 
-    let text = app.get("/metrics").await.text().await.unwrap();
-    assert_eq!(metric(&text, "tokenscope_ingest_over_budget_total"), 2.0);
+    assert_eq!(
+        app.metrics().await["tokenscope_ingest_over_budget_total"],
+        2.0
+    );
     assert_eq!(
         budget_in_use(&app).await,
         0.0,

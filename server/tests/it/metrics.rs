@@ -1,30 +1,12 @@
 //! `GET /metrics`: what ingest stored and refused, by source, as Prometheus reads it.
 
-use std::collections::HashMap;
-
 use crate::common::*;
 use tokenscope::fixtures;
-
-/// The samples of a Prometheus text exposition, by series (name and labels as written).
-async fn scrape(app: &TestApp) -> HashMap<String, f64> {
-    let resp = app.get("/metrics").await;
-    assert_eq!(resp.status(), 200);
-    let kind = resp.headers()["content-type"].to_str().unwrap().to_string();
-    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
-    let text = resp.text().await.unwrap();
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (series, value) = l.rsplit_once(' ').expect("series and value");
-            (series.to_string(), value.parse().expect("a number"))
-        })
-        .collect()
-}
 
 #[tokio::test]
 async fn ingest_is_counted_by_source_and_reason() {
     let app = spawn_app().await;
-    let before = scrape(&app).await;
+    let before = app.metrics().await;
     assert_eq!(
         before["tokenscope_ingest_requests_total{source=\"native_grpc\"}"],
         0.0
@@ -48,7 +30,7 @@ async fn ingest_is_counted_by_source_and_reason() {
         .await;
     assert_eq!(resp.status(), 200);
 
-    let m = scrape(&app).await;
+    let m = app.metrics().await;
     let grpc = |name: &str| m[&format!("{name}{{source=\"native_grpc\"}}")];
     assert_eq!(grpc("tokenscope_ingest_requests_total"), 2.0);
     assert_eq!(

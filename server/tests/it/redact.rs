@@ -29,12 +29,7 @@ async fn with_redact_text_no_token_text_is_stored() {
     assert_eq!(vocab, 0, "no text in the vocabulary");
     // Nor inline in the token block: none of the texts sent appears in its (decompressed) form,
     // which the API reads back.
-    let d: serde_json::Value = app
-        .get("/api/v1/requests/secret")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let d = app.get_json("/api/v1/requests/secret").await;
     let tokens = d["tokens"].as_array().unwrap();
     assert_eq!(tokens.len(), 40);
     for (t, s) in tokens.iter().zip(&sent.tokens) {
@@ -55,11 +50,6 @@ async fn with_redact_text_no_token_text_is_stored() {
     let plain = spawn_app().await;
     let batch = export(&fixtures::resource("gpu-0"), &[sent], &[]);
     plain.grpc().await.export(batch).await.unwrap();
-    let d: serde_json::Value = plain
-        .get("/api/v1/requests/secret")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let d = plain.get_json("/api/v1/requests/secret").await;
     assert!(d["tokens"][0]["text"].is_string());
 }

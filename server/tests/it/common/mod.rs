@@ -124,6 +124,22 @@ impl TestApp {
         serde_json::from_str(&self.get_text(path).await).expect("JSON body")
     }
 
+    /// `GET /metrics`, its samples by series (name and labels as written).
+    pub async fn metrics(&self) -> std::collections::HashMap<String, f64> {
+        let resp = self.get("/metrics").await;
+        assert_eq!(resp.status(), 200);
+        let kind = resp.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+        let text = resp.text().await.unwrap();
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| {
+                let (series, value) = l.rsplit_once(' ').expect("series and value");
+                (series.to_string(), value.parse().expect("a number"))
+            })
+            .collect()
+    }
+
     pub async fn post_json(&self, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
         self.client
             .post(format!("{}{path}", self.http))
