@@ -23,7 +23,7 @@ pub(super) fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
                 summary: format!(
                     "The answer ended after {n} tokens on an end-of-sequence token sampled at p = {p:.3}{}{}.",
                     last.rank.map(|k| format!(" (rank {k})")).unwrap_or_default(),
-                    top.map(|c| format!("; the likeliest token was {:?} (p = {:.3})", c.text.clone().unwrap_or_default(), c.logprob.exp()))
+                    top.map(|c| format!("; the likeliest token was {} (p = {:.3})", named(c.text.as_deref(), c.token_id), c.logprob.exp()))
                         .unwrap_or_default()
                 ),
                 culprits: Vec::new(),
@@ -47,11 +47,11 @@ pub(super) fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
             cause: Cause::LowProbabilityToken,
             severity: Severity::Info,
             summary: format!(
-                "{} token{} sampled far from the top (p < {}); the least likely, {:?} at position {worst}, had p = {p:.4}.",
+                "{} token{} sampled far from the top (p < {}); the least likely, {} at position {worst}, had p = {p:.4}.",
                 unlikely.len(),
                 if unlikely.len() == 1 { " was" } else { "s were" },
                 th.token_probability,
-                r.tokens[worst].text.clone().unwrap_or_default()
+                named(r.tokens[worst].text.as_deref(), r.tokens[worst].token_id)
             ),
             culprits: Vec::new(),
             evidence: serde_json::json!({ "positions": unlikely.iter().map(|(i, _)| i).collect::<Vec<_>>() }),
@@ -59,4 +59,31 @@ pub(super) fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// A token as a sentence names it: its text quoted, else its id (texts redacted at ingest, or
+/// never reported), rather than an empty `""`.
+fn named(text: Option<&str>, token_id: Option<u32>) -> String {
+    match (text, token_id) {
+        (Some(t), _) => format!("{t:?}"),
+        (None, Some(id)) => format!("token id {id}"),
+        (None, None) => "a token without text or id".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named;
+
+    #[test]
+    fn a_token_is_named_by_its_text_else_its_id() {
+        assert_eq!(named(Some(" the"), Some(279)), "\" the\"");
+        assert_eq!(
+            named(Some(""), Some(5)),
+            "\"\"",
+            "an empty text is still its text"
+        );
+        assert_eq!(named(None, Some(4817)), "token id 4817");
+        assert_eq!(named(None, None), "a token without text or id");
+    }
 }
