@@ -17,6 +17,7 @@ use std::time::Instant;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
+use tokenscope::access::Grant;
 use tokenscope::fixtures::Rng;
 use tokenscope::ingest::otlp::{self, assemble::Assembler};
 use tokenscope::store::token_block;
@@ -42,7 +43,7 @@ fn main() {
             let t = Instant::now();
             let export = ExportTraceServiceRequest::decode(w.as_slice()).expect("valid protobuf");
             let t1 = Instant::now();
-            let m = otlp::decode(export, None, &assembler);
+            let m = otlp::decode(export, None, &assembler, &Grant::All);
             let t2 = Instant::now();
             for b in &m.decoded.batches {
                 for r in &b.requests {

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::access::{AccessConfig, Grant};
 use crate::error::Result;
 use crate::server::{self, Config};
 use crate::store::Store;
@@ -155,6 +156,22 @@ pub struct ServeArgs {
     /// before the request is stored without it.
     #[arg(long, env = "TOKENSCOPE_ASSEMBLY_TIMEOUT_S", default_value_t = 30)]
     pub assembly_timeout_s: u64,
+    /// File of ingest keys, one per line: "<name> <key> <instances>" (instances: ids, prefixes
+    /// ending in *, or * for all). Senders then need `Authorization: Bearer <key>`.
+    #[arg(long, env = "TOKENSCOPE_INGEST_KEYS")]
+    pub ingest_keys: Option<std::path::PathBuf>,
+    /// A shared token that readers (pages, query API) must present: browsers sign in at /login,
+    /// API clients send `Authorization: Bearer <token>`. At least 16 characters.
+    #[arg(long, env = "TOKENSCOPE_READ_TOKEN", hide_env_values = true)]
+    pub read_token: Option<String>,
+    /// Let in readers that a trusted reverse proxy names in this header (e.g. X-Forwarded-User).
+    /// Only when the proxy is the sole way to reach the HTTP port.
+    #[arg(long, env = "TOKENSCOPE_TRUSTED_USER_HEADER")]
+    pub trusted_user_header: Option<String>,
+    /// Incident pages, Markdown and preview images readable without read access (the link is the
+    /// capability), so links unfurl in chat and tickets.
+    #[arg(long, env = "TOKENSCOPE_PUBLIC_INCIDENTS")]
+    pub public_incidents: bool,
 }
 
 impl ServeArgs {
@@ -169,6 +186,12 @@ impl ServeArgs {
             redact_text: self.redact_text,
             retention_days: self.retention_days,
             assembly_timeout: std::time::Duration::from_secs(self.assembly_timeout_s),
+            access: AccessConfig {
+                ingest_keys: self.ingest_keys.clone(),
+                read_token: self.read_token.clone(),
+                trusted_user_header: self.trusted_user_header.clone(),
+                public_incidents: self.public_incidents,
+            },
         }
     }
 }
@@ -207,7 +230,8 @@ pub async fn run(cli: Cli) -> Result<()> {
                 clock_offset_s,
                 now_ns: crate::clock::now_ns(),
             };
-            let reply = crate::ingest::import::import(&store, format, &bytes, &opts).await?;
+            let reply =
+                crate::ingest::import::import(&store, format, &bytes, &opts, &Grant::All).await?;
             println!(
                 "{}",
                 serde_json::to_string_pretty(&reply).unwrap_or_default()

@@ -30,8 +30,13 @@ pub async fn load(store: &Store, if_empty: bool) -> Result<()> {
     runs.push(sim::traffic("sim-azure-conv", profile, replay, 1));
     let (mut requests, mut iterations, mut rejected) = (0, 0, 0);
     for deliver::Timed { batch, .. } in deliver::batches(&runs) {
-        let reply =
-            store_decoded(store, crate::metrics::Source::Demo, native::decode(batch)).await?;
+        let reply = store_decoded(
+            store,
+            crate::metrics::Source::Demo,
+            &crate::access::Grant::All,
+            native::decode(batch),
+        )
+        .await?;
         requests += reply.accepted_requests;
         iterations += reply.accepted_iterations;
         rejected += reply.rejected_requests + reply.rejected_iterations;

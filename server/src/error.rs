@@ -18,6 +18,13 @@ pub enum Error {
     /// It existed and was withdrawn (a revoked incident link).
     #[error("{0}")]
     Gone(String),
+    /// No valid credential was presented (ingest key, read token).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The credential is valid but does not allow this (an ingest key sending for an instance
+    /// it does not cover).
+    #[error("{0}")]
+    Forbidden(String),
     /// The request is valid but matches more than one thing (e.g. a request id on two instances).
     #[error("{0}")]
     Ambiguous(String),
@@ -36,6 +43,8 @@ impl Error {
             Error::InvalidArgument(_) => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Gone(_) => StatusCode::GONE,
+            Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::Ambiguous(_) => StatusCode::CONFLICT,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -46,6 +55,8 @@ impl Error {
         match self {
             Error::InvalidArgument(_) => tonic::Code::InvalidArgument,
             Error::NotFound(_) | Error::Gone(_) => tonic::Code::NotFound,
+            Error::Unauthenticated(_) => tonic::Code::Unauthenticated,
+            Error::Forbidden(_) => tonic::Code::PermissionDenied,
             Error::Ambiguous(_) => tonic::Code::FailedPrecondition,
             Error::Unavailable(_) => tonic::Code::Unavailable,
             Error::Internal(_) => tonic::Code::Internal,

@@ -1,6 +1,7 @@
 #![recursion_limit = "256"]
 //! The tokenscope server: ingest (gRPC + HTTP), Postgres storage, the query API and the UI host.
 
+pub mod access;
 pub mod api;
 pub mod cli;
 pub mod clock;

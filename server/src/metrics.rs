@@ -44,13 +44,16 @@ pub enum Reason {
     InvalidIteration,
     /// Already stored (same instance and request id): a resend.
     DuplicateRequest,
+    /// For an instance the sender's ingest key does not cover.
+    ForbiddenInstance,
 }
 
 impl Reason {
-    const ALL: [Reason; 3] = [
+    const ALL: [Reason; 4] = [
         Reason::InvalidRequest,
         Reason::InvalidIteration,
         Reason::DuplicateRequest,
+        Reason::ForbiddenInstance,
     ];
 
     fn as_str(self) -> &'static str {
@@ -58,6 +61,7 @@ impl Reason {
             Reason::InvalidRequest => "invalid_request",
             Reason::InvalidIteration => "invalid_iteration",
             Reason::DuplicateRequest => "duplicate_request",
+            Reason::ForbiddenInstance => "forbidden_instance",
         }
     }
 }
@@ -90,6 +94,7 @@ pub struct Metrics {
     commit_count: AtomicU64,
     commit_micros: AtomicU64,
     over_budget: AtomicU64,
+    unauthenticated: AtomicU64,
 }
 
 /// A value read at scrape time: name, help, one sample per label set.
@@ -114,6 +119,11 @@ impl Metrics {
     /// An ingest request refused because the budget was in use (`ingest::budget`).
     pub fn over_budget(&self) {
         self.over_budget.fetch_add(1, Relaxed);
+    }
+
+    /// An ingest request refused for want of a valid key (`access::keys`).
+    pub fn unauthenticated(&self) {
+        self.unauthenticated.fetch_add(1, Relaxed);
     }
 
     pub fn committed(&self, took: Duration) {
@@ -160,7 +170,7 @@ impl Metrics {
         header(
             &mut out,
             name,
-            "Items not stored: invalid, or already stored (a resend).",
+            "Items not stored: invalid, already stored (a resend), or for an instance the sender's key does not cover.",
             "counter",
         );
         for source in Source::ALL {
@@ -199,6 +209,14 @@ impl Metrics {
             "counter",
         );
         let _ = writeln!(out, "{name} {}", self.over_budget.load(Relaxed));
+        let name = "tokenscope_ingest_unauthenticated_total";
+        header(
+            &mut out,
+            name,
+            "Ingest requests refused for want of a valid ingest key (401 / UNAUTHENTICATED).",
+            "counter",
+        );
+        let _ = writeln!(out, "{name} {}", self.unauthenticated.load(Relaxed));
         for g in gauges {
             header(&mut out, g.name, g.help, "gauge");
             for (labels, v) in &g.samples {
@@ -233,6 +251,8 @@ mod tests {
         m.committed(Duration::from_millis(7));
         m.committed(Duration::from_secs(60));
         m.over_budget();
+        m.unauthenticated();
+        m.rejected(Source::NativeHttp, Reason::ForbiddenInstance, 2);
         let text = m.render(&[Gauge {
             name: "tokenscope_db_pool_connections",
             help: "Connections.",
@@ -252,6 +272,8 @@ mod tests {
             "tokenscope_ingest_commit_seconds_sum 60.007",
             "# TYPE tokenscope_ingest_over_budget_total counter",
             "tokenscope_ingest_over_budget_total 1",
+            "tokenscope_ingest_unauthenticated_total 1",
+            "tokenscope_ingest_rejected_total{source=\"native_http\",reason=\"forbidden_instance\"} 2",
             "# TYPE tokenscope_db_pool_connections gauge",
             "tokenscope_db_pool_connections{state=\"idle\"} 3",
         ] {

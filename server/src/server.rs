@@ -2,6 +2,7 @@
 //! (native and OTLP ingest on one port).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::{Router, extract::DefaultBodyLimit};
@@ -13,6 +14,7 @@ use tower_http::{
     compression::CompressionLayer, decompression::RequestDecompressionLayer, trace::TraceLayer,
 };
 
+use crate::access::{AccessConfig, IngestKeys, KeyLayer, ReadAccess};
 use crate::error::{Error, Result};
 use crate::ingest::budget::{Budget, BudgetLayer};
 use crate::ingest::grpc::IngestService;
@@ -38,6 +40,8 @@ pub struct Config {
     pub retention_days: u32,
     /// How long spans of a request wait for its root span before the request is stored without it.
     pub assembly_timeout: Duration,
+    /// Who may send and read; everyone by default.
+    pub access: AccessConfig,
 }
 
 /// How long a stopping server waits for requests in flight before it exits anyway.
@@ -124,6 +128,15 @@ pub async fn start(config: Config) -> Result<Running> {
             config.max_message_bytes >> 20
         )));
     }
+    let keys = match &config.access.ingest_keys {
+        Some(path) => Some(Arc::new(IngestKeys::load(path)?)),
+        None => None,
+    };
+    let read = Arc::new(ReadAccess::new(
+        config.access.read_token.as_deref(),
+        config.access.trusted_user_header.as_deref(),
+        config.access.public_incidents,
+    )?);
     let store = Store::connect(&config.database_url)
         .await?
         .redacting_text(config.redact_text);
@@ -145,9 +158,13 @@ pub async fn start(config: Config) -> Result<Running> {
     let otlp = Otlp::new(store.clone());
     let app = http_app(
         &config,
-        store.clone(),
-        otlp.clone(),
-        budget.clone(),
+        Ports {
+            store: store.clone(),
+            otlp: otlp.clone(),
+            budget: budget.clone(),
+            keys: keys.clone(),
+            read,
+        },
         http_addr,
     );
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
@@ -178,6 +195,7 @@ pub async fn start(config: Config) -> Result<Running> {
     let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
+            .layer(KeyLayer::required(keys, store.clone()))
             .layer(BudgetLayer(budget))
             .add_service(ingest)
             .add_service(otlp_service)
@@ -199,7 +217,25 @@ pub async fn start(config: Config) -> Result<Running> {
     })
 }
 
-fn http_app(config: &Config, store: Store, otlp: Otlp, budget: Budget, addr: SocketAddr) -> Router {
+/// What the HTTP routes share.
+struct Ports {
+    store: Store,
+    otlp: Otlp,
+    budget: Budget,
+    keys: Option<Arc<IngestKeys>>,
+    read: Arc<ReadAccess>,
+}
+
+/// The HTTP port: trace ingest (ingest keys, budget), then pages and the query API (read
+/// access), self-metrics and sign-in.
+fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
+    let Ports {
+        store,
+        otlp,
+        budget,
+        keys,
+        read,
+    } = ports;
     let leptos = LeptosOptions::builder()
         .output_name("tokenscope")
         .site_root(config.site_root.as_str())
@@ -207,7 +243,7 @@ fn http_app(config: &Config, store: Store, otlp: Otlp, budget: Budget, addr: Soc
         .site_addr(addr)
         .build();
     let routes = generate_route_list(app::App);
-    let api = crate::api::router(store.clone());
+    let api = crate::api::router(store.clone(), keys.clone());
     // Pages render with their data: the UI calls the same API in-process while it renders.
     let client = in_process(api.clone());
     let ui = Router::new()
@@ -226,25 +262,47 @@ fn http_app(config: &Config, store: Store, otlp: Otlp, budget: Budget, addr: Soc
             store.clone(),
             crate::api::incidents::gate,
         ));
-    let otlp_http = Router::new()
+    let ingest = Router::new()
+        .route(
+            "/api/v1/traces",
+            axum::routing::post(crate::ingest::http::post_traces),
+        )
+        .with_state(store.clone())
         .route(
             "/v1/traces",
             axum::routing::post(crate::ingest::otlp_endpoints::post_traces),
         )
-        .with_state(otlp.clone());
+        .with_state(otlp.clone())
+        .layer(KeyLayer::required(keys, store));
     let metrics = Router::new()
         .route("/metrics", axum::routing::get(crate::api::metrics::get))
         .with_state(crate::api::metrics::Scrape {
             otlp,
             budget: budget.clone(),
         });
-    // Inside decompression: the budget counts the bytes the server will hold.
-    api.merge(otlp_http)
+    let login = Router::new()
+        .route(
+            "/login",
+            axum::routing::get(crate::access::read::login_page).post(crate::access::read::login),
+        )
+        .route("/logout", axum::routing::get(crate::access::read::logout))
+        .with_state(read.clone());
+    // Inside decompression: the budget counts the bytes the server will hold. Imports come in
+    // through the query API (an upload from the browser), so its bodies are budgeted as well.
+    let reads = api
         .layer(DefaultBodyLimit::max(config.max_message_bytes))
+        .merge(ui)
+        .layer(axum::middleware::from_fn_with_state(
+            read,
+            crate::access::read::gate,
+        ));
+    ingest
+        .layer(DefaultBodyLimit::max(config.max_message_bytes))
+        .merge(reads)
         .layer(BudgetLayer(budget))
         .layer(RequestDecompressionLayer::new())
         .merge(metrics)
-        .merge(ui)
+        .merge(login)
         .layer(CompressionLayer::new())
         .layer(TraceLayer::new_for_http())
 }

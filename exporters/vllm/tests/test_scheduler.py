@@ -156,3 +156,22 @@ def test_a_tokenscope_that_is_down_costs_drops_not_the_engine():
     stats = scheduler.tokenscope.stats()
     scheduler.tokenscope.close()
     assert stats["sent_requests"] == 0 and stats["dropped_requests"] == 1, stats
+
+
+def test_a_wrong_ingest_key_costs_drops_not_the_engine():
+    os.environ["TOKENSCOPE_ENDPOINT"] = GRPC
+    os.environ["TOKENSCOPE_INSTANCE"] = "wrong-key"
+    key = os.environ["TOKENSCOPE_INGEST_KEY"]
+    os.environ["TOKENSCOPE_INGEST_KEY"] = "not-the-servers-key-0000"
+    try:
+        import tokenscope_vllm
+
+        scheduler = engine.make_scheduler(tokenscope_vllm.TracingScheduler)
+        run = engine.drive(scheduler, {0: [engine.make_request("k", 30, 5)]}, decode_s=0)
+        assert len(run.tokens["k"]) == 5
+        scheduler.tokenscope.flush(timeout_s=10)
+        stats = scheduler.tokenscope.stats()
+        scheduler.tokenscope.close()
+    finally:
+        os.environ["TOKENSCOPE_INGEST_KEY"] = key
+    assert stats["sent_requests"] == 0 and stats["dropped_requests"] == 1, stats

@@ -32,6 +32,7 @@ class Exporter:
         timeout_s: float = 5.0,
         poll_interval_s: float = 0.05,
         texts: Texts | None = None,
+        key: str | None = None,
     ) -> None:
         self.resource = resource
         self.capacity = capacity
@@ -61,6 +62,8 @@ class Exporter:
         self._stop = threading.Event()
         self._idle = threading.Event()
         self._endpoint = endpoint
+        # The server's ingest key, when it requires one (sent as gRPC metadata, never logged).
+        self._metadata = (("authorization", f"Bearer {key}"),) if key else None
         self._call = None
         self._last_error_log = 0.0
         self._thread = threading.Thread(target=self._run, name="tokenscope-exporter", daemon=True)
@@ -136,7 +139,8 @@ class Exporter:
             return
         body = wire.export_request(wire.resource_traces(self.resource, requests, iterations))
         try:
-            reply = wire.decode_export_response(self._rpc()(body, timeout=self.timeout_s))
+            raw = self._rpc()(body, timeout=self.timeout_s, metadata=self._metadata)
+            reply = wire.decode_export_response(raw)
         except Exception as e:  # tokenscope down or slow: drop, count, go on
             self.dropped_requests += len(requests)
             self.dropped_iterations += len(iterations)

@@ -45,6 +45,7 @@ def _exporter(vllm_config) -> Exporter:
         capacity=int(os.environ.get("TOKENSCOPE_BUFFER_EVENTS", "65536")),
         flush_interval_s=float(os.environ.get("TOKENSCOPE_FLUSH_INTERVAL_S", "0.5")),
         texts=Texts(model_config),
+        key=os.environ.get("TOKENSCOPE_INGEST_KEY") or None,
     )
 
 

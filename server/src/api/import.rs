@@ -1,12 +1,13 @@
 //! `POST /api/v1/import`: files engines write or return (TensorRT-LLM, OpenAI responses).
 
 use axum::{
-    Json,
+    Extension, Json,
     extract::{Query, State},
 };
 use serde::Deserialize;
 
 use super::non_empty;
+use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::ingest;
 use crate::ingest::import::{Format, Options};
@@ -24,6 +25,7 @@ pub(super) struct ImportParams {
 /// the file is the body; without a format it is told apart by content.
 pub(super) async fn import(
     State(store): State<Store>,
+    Extension(grant): Extension<Grant>,
     Query(p): Query<ImportParams>,
     body: axum::body::Bytes,
 ) -> Result<Json<app::api::ImportReply>> {
@@ -42,6 +44,6 @@ pub(super) async fn import(
         now_ns: crate::clock::now_ns(),
     };
     Ok(Json(
-        ingest::import::import(&store, format, &body, &opts).await?,
+        ingest::import::import(&store, format, &body, &opts, &grant).await?,
     ))
 }

@@ -13,8 +13,10 @@ use serde::Deserialize;
 use app::analysis::diagnosis::Thresholds;
 use app::api::InstanceList;
 
+use std::sync::Arc;
+
+use crate::access::{IngestKeys, KeyLayer};
 use crate::error::{Error, Result};
-use crate::ingest;
 use crate::store::{ORDER_KEYS, Order, RequestFilter, Store};
 
 mod compare;
@@ -30,10 +32,14 @@ mod waterfall;
 pub const DEFAULT_LIMIT: i64 = 100;
 pub const MAX_LIMIT: i64 = 10_000;
 
-pub fn router(store: Store) -> Router {
-    Router::new()
-        .route("/api/v1/traces", post(ingest::http::post_traces))
+/// The query API. `keys` (when configured) decide which instances an import may write: those of
+/// the key it presents, or any for a reader the read gate let in.
+pub fn router(store: Store, keys: Option<Arc<IngestKeys>>) -> Router {
+    let import = Router::new()
         .route("/api/v1/import", post(import::import))
+        .route_layer(KeyLayer::or_known_reader(keys, store.clone()))
+        .with_state(store.clone());
+    Router::new()
         .route("/api/v1/requests", get(requests::list_requests))
         .route("/api/v1/requests/{request_id}", get(requests::get_request))
         .route(
@@ -69,6 +75,7 @@ pub fn router(store: Store) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(store)
+        .merge(import)
 }
 
 /// The filters of a request list (also of latency and compare).

@@ -2,7 +2,7 @@
 
 use tonic::{Request, Response, Status};
 
-use super::{native, store_decoded};
+use super::{granted, native, store_decoded};
 use crate::metrics::Source;
 use crate::proto::v1::{self, trace_ingest_server::TraceIngest};
 use crate::store::Store;
@@ -17,8 +17,9 @@ impl TraceIngest for IngestService {
         &self,
         request: Request<v1::ExportRequest>,
     ) -> Result<Response<v1::ExportResponse>, Status> {
+        let grant = granted(&request)?;
         let decoded = native::decode(request.into_inner());
-        let reply = store_decoded(&self.store, Source::NativeGrpc, decoded).await?;
+        let reply = store_decoded(&self.store, Source::NativeGrpc, &grant, decoded).await?;
         Ok(Response::new(reply))
     }
 }

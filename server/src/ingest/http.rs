@@ -1,8 +1,9 @@
 //! `POST /api/v1/traces`: the native schema as proto3 JSON over HTTP.
 
-use axum::{Json, body::Bytes, extract::State};
+use axum::{Extension, Json, body::Bytes, extract::State};
 
 use super::{native, store_decoded};
+use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::Source;
 use crate::proto::v1;
@@ -10,6 +11,7 @@ use crate::store::Store;
 
 pub async fn post_traces(
     State(store): State<Store>,
+    Extension(grant): Extension<Grant>,
     body: Bytes,
 ) -> Result<Json<v1::ExportResponse>> {
     // Parsed by hand (not axum's Json extractor) so that a syntax or schema error comes back in our
@@ -19,6 +21,7 @@ pub async fn post_traces(
             "body is not a valid tokenscope.v1.ExportRequest in proto3 JSON: {e}"
         ))
     })?;
-    let reply = store_decoded(&store, Source::NativeHttp, native::decode(export)).await?;
+    let decoded = native::decode(export);
+    let reply = store_decoded(&store, Source::NativeHttp, &grant, decoded).await?;
     Ok(Json(reply))
 }

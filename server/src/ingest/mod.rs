@@ -14,6 +14,7 @@ pub mod otlp_endpoints;
 
 use app::model::{Iteration, RequestTrace, Resource, validate};
 
+use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::{Batch, Reason, Source};
 use crate::proto::v1;
@@ -42,6 +43,8 @@ pub struct Rejection {
     pub message: String,
     /// Whether the refused item was a request (else an iteration or a whole resource).
     pub kind: ItemKind,
+    /// Refused because the sender's ingest key does not cover its instance (else invalid).
+    pub forbidden: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +89,32 @@ impl Decoded {
             field: e.field,
             message: e.message,
             kind,
+            forbidden: false,
         });
+    }
+
+    /// Refuses an item the sender's key does not cover.
+    pub fn forbid(&mut self, kind: ItemKind, item: &str, e: validate::FieldError) {
+        self.reject(kind, item, e);
+        if let Some(r) = self.rejections.last_mut() {
+            r.forbidden = true;
+        }
+    }
+
+    /// Moves the items of instances `grant` does not cover into the rejections.
+    pub fn admit(&mut self, grant: &Grant) {
+        let (kept, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut self.batches)
+            .into_iter()
+            .partition(|b| grant.allows(&b.resource.instance_id));
+        self.batches = kept;
+        for b in refused {
+            let why = grant.refusal(&b.resource.instance_id);
+            let items = (b.requests.iter().map(|r| (ItemKind::Request, &r.label)))
+                .chain(b.iterations.iter().map(|i| (ItemKind::Iteration, &i.label)));
+            for (kind, label) in items {
+                self.forbid(kind, label, why.clone());
+            }
+        }
     }
 }
 
@@ -101,13 +129,16 @@ fn redact_text(r: &mut RequestTrace) {
     }
 }
 
-/// Stores the valid part of a decoded batch and builds the reply. A batch in which nothing at all
-/// was valid is an error, so that a client sending only garbage hears about it loudly.
+/// Stores the valid part of a decoded batch that `grant` covers, and builds the reply. A batch in
+/// which nothing at all was valid is an error, so that a client sending only garbage hears about
+/// it loudly (and one sending only for instances its key does not cover is told it may not).
 pub async fn store_decoded(
     store: &Store,
     source: Source,
-    decoded: Decoded,
+    grant: &Grant,
+    mut decoded: Decoded,
 ) -> Result<v1::ExportResponse> {
+    decoded.admit(grant);
     let Decoded {
         mut batches,
         rejections,
@@ -118,9 +149,20 @@ pub async fn store_decoded(
         }
     }
     let count = |kind| rejections.iter().filter(|r| r.kind == kind).count() as u64;
+    let invalid = |kind| {
+        (rejections.iter())
+            .filter(|r| r.kind == kind && !r.forbidden)
+            .count() as u64
+    };
+    let forbidden = rejections.iter().filter(|r| r.forbidden).count();
     let metrics = store.metrics();
-    metrics.rejected(source, Reason::InvalidRequest, count(ItemKind::Request));
-    metrics.rejected(source, Reason::InvalidIteration, count(ItemKind::Iteration));
+    metrics.rejected(source, Reason::InvalidRequest, invalid(ItemKind::Request));
+    metrics.rejected(
+        source,
+        Reason::InvalidIteration,
+        invalid(ItemKind::Iteration),
+    );
+    metrics.rejected(source, Reason::ForbiddenInstance, forbidden as u64);
     let had_items = batches
         .iter()
         .any(|b| !b.requests.is_empty() || !b.iterations.is_empty());
@@ -130,6 +172,13 @@ pub async fn store_decoded(
             .take(10)
             .map(|r| format!("{}: {}: {}", r.item, r.field, r.message))
             .collect();
+        if forbidden == rejections.len() {
+            return Err(Error::Forbidden(format!(
+                "no item of the batch may be stored with this ingest key ({}): {}",
+                rejections.len(),
+                listed.join("; ")
+            )));
+        }
         return Err(Error::InvalidArgument(format!(
             "every item of the batch was rejected ({}): {}",
             rejections.len(),
@@ -163,4 +212,14 @@ pub async fn store_decoded(
             })
             .collect(),
     })
+}
+
+/// The grant [`crate::access::KeyLayer`] gave a gRPC request. Missing means the layer is not in
+/// front of the service: refused rather than let through.
+pub fn granted<T>(request: &tonic::Request<T>) -> Result<Grant, tonic::Status> {
+    request
+        .extensions()
+        .get::<Grant>()
+        .cloned()
+        .ok_or_else(|| tonic::Status::internal("no ingest key check in front of this service"))
 }

@@ -1,6 +1,7 @@
 //! OTLP endpoints: gRPC `TraceService/Export` and HTTP `POST /v1/traces` (protobuf or JSON).
 
 use axum::{
+    Extension,
     body::Bytes,
     extract::{ConnectInfo, State},
     http::{HeaderMap, header},
@@ -17,6 +18,7 @@ use std::time::Duration;
 use super::otlp::assemble::Assembler;
 
 use super::{otlp, store_decoded};
+use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::Source;
 use crate::store::Store;
@@ -27,12 +29,14 @@ pub async fn export(
     otlp: &Otlp,
     req: ExportTraceServiceRequest,
     peer: Option<&str>,
+    grant: &Grant,
 ) -> Result<ExportTraceServiceResponse> {
-    let mapped = otlp::decode(req, peer, &otlp.assembler);
+    let mapped = otlp::decode(req, peer, &otlp.assembler, grant);
     store_mapped(&otlp.store, mapped).await
 }
 
 /// Stores what an export (or the assembler's timeout sweep) mapped, and builds the OTLP reply.
+/// The sender's grant was applied while mapping, before the assembler held any span.
 pub async fn store_mapped(
     store: &Store,
     mapped: otlp::Mapped,
@@ -46,7 +50,7 @@ pub async fn store_mapped(
         .map(|r| format!("{}: {}: {}", r.item, r.field, r.message))
         .collect();
     notes.extend(mapped.warnings.iter().take(20).cloned());
-    let stored = store_decoded(store, Source::Otlp, mapped.decoded).await?;
+    let stored = store_decoded(store, Source::Otlp, &Grant::All, mapped.decoded).await?;
     tracing::debug!(
         accepted = stored.accepted_requests,
         ignored = mapped.ignored_spans,
@@ -102,7 +106,8 @@ impl TraceService for OtlpTraceService {
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let peer = request.remote_addr().map(|a| a.ip().to_string());
-        let reply = export(&self.otlp, request.into_inner(), peer.as_deref()).await?;
+        let grant = super::granted(&request)?;
+        let reply = export(&self.otlp, request.into_inner(), peer.as_deref(), &grant).await?;
         Ok(tonic::Response::new(reply))
     }
 }
@@ -127,6 +132,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 pub async fn post_traces(
     State(otlp): State<Otlp>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    Extension(grant): Extension<Grant>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -146,7 +152,7 @@ pub async fn post_traces(
     };
     let peer = peer.ip().to_string();
     let result = match parsed {
-        Ok(req) => export(&otlp, req, Some(&peer)).await,
+        Ok(req) => export(&otlp, req, Some(&peer), &grant).await,
         Err(e) => Err(e),
     };
     match (result, json) {

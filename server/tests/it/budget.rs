@@ -122,15 +122,9 @@ async fn past_the_budget_ingest_is_refused_on_both_ports_and_resumes_after() {
 #[tokio::test]
 async fn a_budget_smaller_than_the_largest_message_is_refused_at_start() {
     let err = server::start(Config {
-        http_addr: "127.0.0.1:0".parse().unwrap(),
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        database_url: "postgres://unused".into(),
-        site_root: "target/site".into(),
         max_message_bytes: 64 * MIB,
         ingest_budget_bytes: 16 * MIB,
-        redact_text: false,
-        retention_days: 0,
-        assembly_timeout: Duration::from_secs(2),
+        ..spawn_config("postgres://unused".into())
     })
     .await
     .err()

@@ -3,6 +3,7 @@
 //! One binary instead of one per file: each linked test binary carries the whole server (1.3 GB
 //! with debug info each), and fifteen of them filled CI's disk and spent minutes linking.
 
+mod access;
 mod budget;
 mod common;
 mod diagnosis;

@@ -11,6 +11,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 use prost::Message;
+use tokenscope::access::Grant;
 use tokenscope::ingest::otlp;
 
 fn fixtures() -> PathBuf {
@@ -49,7 +50,7 @@ fn golden_fixtures_map_to_their_snapshots() {
             let steps: Vec<serde_json::Value> = exports
                 .into_iter()
                 .map(|export| {
-                    let mapped = otlp::decode(export, None, &assembler);
+                    let mapped = otlp::decode(export, None, &assembler, &Grant::All);
                     serde_json::json!({
                         "batches": mapped.decoded.batches.iter().map(|b| serde_json::json!({
                             "resource": b.resource,

@@ -195,3 +195,42 @@ async fn retention_drops_whole_partitions() {
         "{reply}"
     );
 }
+
+#[tokio::test]
+async fn a_server_with_retention_drops_old_days_by_itself_and_incidents_keep_their_evidence() {
+    let first = spawn_app().await;
+    let day = 86_400_000_000_000i64;
+    let old = fixtures::request("old", T0 - 10 * day, 5, 1, 1, 1);
+    let new = fixtures::request("new", T0, 5, 1, 1, 2);
+    first
+        .grpc()
+        .await
+        .export(export(&fixtures::resource("gpu-0"), &[old, new], &[]))
+        .await
+        .unwrap();
+    let body = serde_json::json!({"title": "old", "instance": "gpu-0", "requests": ["old"]});
+    let resp = first.post_json("/api/v1/incidents", body.to_string()).await;
+    assert_eq!(resp.status(), 201);
+    let slug = resp.json::<serde_json::Value>().await.unwrap()["slug"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A second server on the database, keeping what is younger than five days before T0.
+    let days = ((tokenscope::clock::now_ns() - T0) / day + 5) as u32;
+    let app = spawn_on(first.database_url.clone(), |c| c.retention_days = days).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while app.get("/api/v1/requests/old").await.status() != 404 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "retention did not run on its own"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(app.get("/api/v1/requests/new").await.status(), 200);
+    let incident = app.get_json(&format!("/api/v1/incidents/{slug}")).await;
+    assert_eq!(
+        incident["snapshot"]["requests"][0]["detail"]["request_id"],
+        "old"
+    );
+}

@@ -215,6 +215,7 @@ pub async fn import(
     format: Format,
     bytes: &[u8],
     opts: &Options,
+    grant: &crate::access::Grant,
 ) -> Result<app::api::ImportReply> {
     let format = format.resolve(bytes)?;
     let Imported { decoded, warnings } = decode(format, bytes, opts)?;
@@ -229,7 +230,7 @@ pub async fn import(
         })
         .take(100)
         .collect();
-    let r = super::store_decoded(store, crate::metrics::Source::Import, decoded).await?;
+    let r = super::store_decoded(store, crate::metrics::Source::Import, grant, decoded).await?;
     Ok(app::api::ImportReply {
         accepted_requests: r.accepted_requests,
         duplicate_requests: r.duplicate_requests,

@@ -20,6 +20,7 @@ use app::model::{
 };
 
 use super::{Decoded, Item, ItemKind, ResourceBatch, normalize};
+use crate::access::Grant;
 use assemble::{Assembler, Complete};
 use attrs::Attrs;
 
@@ -136,11 +137,13 @@ fn finish(
 }
 
 /// Maps one export. SGLang spans go through `assembler`, which holds them until their root
-/// span arrives (possibly in a later export).
+/// span arrives (possibly in a later export). Spans of an instance `grant` does not cover are
+/// refused here, before the assembler could hold them.
 pub fn decode(
     export: ExportTraceServiceRequest,
     peer: Option<&str>,
     assembler: &Assembler,
+    grant: &Grant,
 ) -> Mapped {
     let mut out = Mapped::default();
     let mut batches = Batches::default();
@@ -160,6 +163,14 @@ pub fn decode(
                 continue;
             }
         };
+        if !grant.allows(&base.instance_id) {
+            let why = grant.refusal(&base.instance_id);
+            for span in &spans {
+                out.decoded
+                    .forbid(ItemKind::Request, &label(i, span), why.clone());
+            }
+            continue;
+        }
         let (staged, plain): (Vec<Span>, Vec<Span>) =
             spans.into_iter().partition(sglang::is_sglang_span);
         for span in &plain {

@@ -59,19 +59,25 @@ pub async fn spawn_app_with(change: impl FnOnce(&mut Config)) -> TestApp {
     spawn_on(fresh_database().await, change).await
 }
 
-/// Starts a server on an existing database (a second replica, say).
-pub async fn spawn_on(database_url: String, change: impl FnOnce(&mut Config)) -> TestApp {
-    let mut config = Config {
+/// The configuration tests start from: loopback on any free ports, budgets as in production.
+pub fn spawn_config(database_url: String) -> Config {
+    Config {
         http_addr: "127.0.0.1:0".parse().unwrap(),
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        database_url: database_url.clone(),
+        database_url,
         site_root: "target/site".into(),
         max_message_bytes: 64 << 20,
         ingest_budget_bytes: 256 << 20,
         redact_text: false,
         retention_days: 0,
         assembly_timeout: std::time::Duration::from_secs(2),
-    };
+        access: Default::default(),
+    }
+}
+
+/// Starts a server on an existing database (a second replica, say).
+pub async fn spawn_on(database_url: String, change: impl FnOnce(&mut Config)) -> TestApp {
+    let mut config = spawn_config(database_url.clone());
     change(&mut config);
     let running = server::start(config).await.expect("server starts");
     let http = format!("http://{}", running.http_addr);
