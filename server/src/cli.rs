@@ -18,6 +18,15 @@ use crate::store::Store;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log lines as text, or as JSON objects (with each request's id, method and path).
+    #[arg(
+        long,
+        global = true,
+        env = "TOKENSCOPE_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: crate::logging::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,7 +1,6 @@
 //! The `tokenscope` binary: parses the command line and runs it.
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc rather than glibc's malloc: ingest allocates and frees millions of small strings a
 /// second (token texts, candidates), and this halved the server's CPU per OTLP token.
@@ -13,12 +12,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const WORKER_STACK_BYTES: usize = 16 << 20;
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn")),
-        )
-        .init();
+    let cli = tokenscope::cli::Cli::parse();
+    tokenscope::logging::init(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(WORKER_STACK_BYTES)
@@ -30,7 +25,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(tokenscope::cli::run(tokenscope::cli::Cli::parse())) {
+    match runtime.block_on(tokenscope::cli::run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tokenscope: {e}");

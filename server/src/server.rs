@@ -11,7 +11,10 @@ use leptos_axum::{LeptosRoutes, generate_route_list};
 use tokio::net::TcpListener;
 use tonic::codec::CompressionEncoding;
 use tower_http::{
-    compression::CompressionLayer, decompression::RequestDecompressionLayer, trace::TraceLayer,
+    compression::CompressionLayer,
+    decompression::RequestDecompressionLayer,
+    request_id::{PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::TraceLayer,
 };
 
 use crate::access::{AccessConfig, IngestKeys, KeyLayer, ReadAccess};
@@ -19,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::ingest::budget::{Budget, BudgetLayer};
 use crate::ingest::grpc::IngestService;
 use crate::ingest::otlp_endpoints::{Otlp, OtlpTraceService};
+use crate::logging::RequestIds;
 use crate::proto::v1::trace_ingest_server::TraceIngestServer;
 use crate::store::Store;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
@@ -195,8 +199,16 @@ pub async fn start(config: Config) -> Result<Running> {
     let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
-            .layer(KeyLayer::required(keys, store.clone()))
-            .layer(BudgetLayer(budget))
+            // Outermost first: the request id and its span, the key, then the budget.
+            .layer(
+                tower::ServiceBuilder::new()
+                    .layer(SetRequestIdLayer::x_request_id(RequestIds::default()))
+                    .layer(PropagateRequestIdLayer::x_request_id())
+                    .layer(TraceLayer::new_for_grpc().make_span_with(crate::logging::request_span))
+                    .layer(KeyLayer::required(keys, store.clone()))
+                    .layer(BudgetLayer(budget))
+                    .into_inner(),
+            )
             .add_service(ingest)
             .add_service(otlp_service)
             .serve_with_incoming_shutdown(incoming, when_stopped()),
@@ -304,7 +316,11 @@ fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
         .merge(metrics)
         .merge(login)
         .layer(CompressionLayer::new())
-        .layer(TraceLayer::new_for_http())
+        // Every request gets an id (kept when a proxy set one), logs in a span carrying it, and
+        // returns it in `x-request-id`.
+        .layer(TraceLayer::new_for_http().make_span_with(crate::logging::request_span))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(RequestIds::default()))
 }
 
 /// The API router as the UI's `ApiClient`: a GET of a path and query, answered without a socket.

@@ -171,4 +171,35 @@ mod tests {
         assert_eq!(entries[0].request_id, "a");
         assert_eq!(entries[0].phase, Phase::Decode);
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn every_batch_comes_back_through_its_keys(
+                raw in proptest::collection::vec(
+                    (0usize..50, any::<bool>(), any::<u32>(), any::<u32>()),
+                    0..64,
+                ),
+                first_key in 0i64..(1 << 40),
+            ) {
+                let batch: Vec<BatchEntry> = raw
+                    .into_iter()
+                    .map(|(r, prefill, tokens, prefill_offset)| BatchEntry {
+                        request_id: format!("req-{r}"),
+                        phase: if prefill { Phase::Prefill } else { Phase::Decode },
+                        tokens,
+                        prefill_offset,
+                    })
+                    .collect();
+                let keys: HashMap<String, i64> = (0..50)
+                    .map(|r| (format!("req-{r}"), first_key + r * 977))
+                    .collect();
+                let stored = decode(&encode(&batch, &keys).unwrap()).unwrap();
+                prop_assert_eq!(resolve(stored, &keys_to_ids(&keys)).unwrap(), batch);
+            }
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! Postgres storage: the only module that speaks SQL.
 
-mod batch_block;
+pub mod batch_block;
 mod bytes;
 mod compare;
 mod diagnosis;

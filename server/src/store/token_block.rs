@@ -564,4 +564,122 @@ mod tests {
         }
         assert!(decode(b"not a block", 0).is_err());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A logprob the block keeps exactly (a multiple of 1/2048 nat).
+        fn logprob() -> impl Strategy<Value = f32> {
+            (0i64..400_000).prop_map(dequantize)
+        }
+
+        fn text() -> impl Strategy<Value = Option<String>> {
+            proptest::option::of(".{0,6}")
+        }
+
+        fn candidate() -> impl Strategy<Value = Candidate> {
+            (proptest::option::of(0u32..200_000), text(), logprob()).prop_map(
+                |(token_id, text, logprob)| Candidate {
+                    token_id,
+                    text,
+                    logprob,
+                },
+            )
+        }
+
+        fn special() -> impl Strategy<Value = SpecialToken> {
+            prop_oneof![
+                Just(SpecialToken::None),
+                Just(SpecialToken::Eos),
+                Just(SpecialToken::Bos),
+                Just(SpecialToken::Pad),
+                Just(SpecialToken::Other),
+            ]
+        }
+
+        /// Tokens as requests carry them: times that move forward from the arrival (or are
+        /// missing), everything else free.
+        fn tokens() -> impl Strategy<Value = Vec<Token>> {
+            let token = (
+                (
+                    proptest::option::of(0u32..200_000),
+                    proptest::option::of(0i64..2_000_000_000),
+                    proptest::option::of(0i64..1_000_000),
+                    proptest::option::of(0u64..1_000),
+                ),
+                (
+                    proptest::option::of(logprob()),
+                    proptest::option::of(1u32..1_000),
+                    text(),
+                    special(),
+                ),
+                proptest::collection::vec(candidate(), 0..4),
+                (
+                    proptest::option::of(0u32..4096),
+                    proptest::option::of(0u32..4096),
+                ),
+            );
+            proptest::collection::vec(token, 0..40).prop_map(|raw| {
+                let (mut at, mut iteration) = (BASE, 0u64);
+                raw.into_iter()
+                    .map(
+                        |(
+                            (token_id, gap, compute, step),
+                            (lp, rank, text, sp),
+                            candidates,
+                            (b, w),
+                        )| {
+                            let emitted_ns = gap.map(|g| {
+                                at += g;
+                                at
+                            });
+                            let iteration = step.map(|s| {
+                                iteration += s;
+                                iteration
+                            });
+                            Token {
+                                token_id,
+                                emitted_ns,
+                                scheduled_ns: emitted_ns.zip(compute).map(|(e, c)| e - c),
+                                iteration,
+                                logprob: lp,
+                                rank,
+                                text,
+                                special: sp,
+                                candidates,
+                                batch_size: b,
+                                waiting: w,
+                            }
+                        },
+                    )
+                    .collect()
+            })
+        }
+
+        const BASE: Nanos = 1_796_022_000_000_000_000;
+
+        proptest! {
+            #[test]
+            fn every_block_decodes_to_the_tokens_it_was_made_of(
+                tokens in tokens(),
+                vocab_ids in proptest::collection::hash_set(0u32..200_000, 0..20),
+            ) {
+                // Texts of ids in `vocab_ids` count as the vocabulary's; those become references.
+                let vocab: HashMap<u32, String> = tokens
+                    .iter()
+                    .flat_map(|t| {
+                        std::iter::once((t.token_id, t.text.clone()))
+                            .chain(t.candidates.iter().map(|c| (c.token_id, c.text.clone())))
+                    })
+                    .filter_map(|(id, text)| Some((id?, text?)))
+                    .filter(|(id, _)| vocab_ids.contains(id))
+                    .collect();
+                let block = encode(&tokens, BASE, |id, text| vocab.get(&id).is_some_and(|v| v == text));
+                let (mut back, refs) = decode(&block, BASE).unwrap();
+                fill_vocab(&mut back, &refs, |id| vocab.get(&id).map(String::as_str));
+                prop_assert_eq!(back, tokens);
+            }
+        }
+    }
 }

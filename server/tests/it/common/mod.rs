@@ -1,5 +1,7 @@
 //! Test harness: a fresh database per test on the test cluster, and the real server on loopback.
 
+pub mod load;
+pub mod process;
 pub mod vllm;
 
 use std::sync::atomic::{AtomicU32, Ordering};

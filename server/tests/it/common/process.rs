@@ -1,0 +1,135 @@
+//! The `tokenscope` binary as a child process on loopback, for what an in-process server cannot
+//! show: `kill -9` and restart, and the memory the process really holds.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `tokenscope serve` process on fixed loopback ports, so that it can be restarted where its
+/// clients expect it.
+pub struct ServerProcess {
+    child: Option<Child>,
+    pub http_port: u16,
+    pub grpc_port: u16,
+    database_url: String,
+    args: Vec<String>,
+    /// `RUST_LOG` of the process.
+    log_filter: String,
+    /// Where its output (logs) goes, appended across restarts.
+    pub log: PathBuf,
+    peak_rss_kib: u64,
+    pub starts: u32,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+impl ServerProcess {
+    /// Starts the binary on `database_url` with `args` added to `serve`, and waits until ready.
+    pub async fn start(database_url: &str, args: &[&str]) -> Self {
+        Self::start_logging(database_url, args, "warn").await
+    }
+
+    /// [`Self::start`], logging what `log_filter` (a `RUST_LOG`) lets through to [`Self::log`].
+    pub async fn start_logging(database_url: &str, args: &[&str], log_filter: &str) -> Self {
+        let mut p = Self {
+            child: None,
+            http_port: free_port(),
+            grpc_port: free_port(),
+            database_url: database_url.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            log_filter: log_filter.into(),
+            log: std::env::temp_dir().join(format!("tokenscope-child-{}.log", free_port())),
+            peak_rss_kib: 0,
+            starts: 0,
+        };
+        p.restart().await;
+        p
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+
+    /// Starts it again (after [`Self::kill9`]) and waits until it answers `/readyz`.
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("child log");
+        let child = Command::new(env!("CARGO_BIN_EXE_tokenscope"))
+            .arg("serve")
+            .args(["--database-url", &self.database_url])
+            .args(["--http-addr", &format!("127.0.0.1:{}", self.http_port)])
+            .args(["--grpc-addr", &format!("127.0.0.1:{}", self.grpc_port)])
+            .args(&self.args)
+            .env("RUST_LOG", &self.log_filter)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("child log"))
+            .stderr(log)
+            .spawn()
+            .expect("tokenscope starts");
+        self.child = Some(child);
+        self.starts += 1;
+        let ready = format!("http://127.0.0.1:{}/readyz", self.http_port);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = reqwest::get(&ready).await
+                && r.status().is_success()
+            {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "tokenscope exited at start ({status}): {}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            assert!(Instant::now() < deadline, "tokenscope not ready in 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The kernel's figures for the process now: (resident KiB, peak resident KiB).
+    pub fn rss_kib(&self) -> Option<(u64, u64)> {
+        let pid = self.child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| -> Option<u64> {
+            let line = status.lines().find(|l| l.starts_with(name))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        };
+        Some((field("VmRSS:")?, field("VmHWM:")?))
+    }
+
+    /// The highest resident memory of any of its runs so far, in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        self.peak_rss_kib
+            .max(self.rss_kib().map_or(0, |(_, peak)| peak))
+    }
+
+    /// SIGKILL: no drain, no flush, nothing it did not commit survives.
+    pub fn kill9(&mut self) {
+        self.peak_rss_kib = self.peak_rss_kib();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill9();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
