@@ -100,7 +100,7 @@ impl ReadAccess {
 fn always_open(path: &str) -> bool {
     matches!(
         path,
-        "/healthz" | "/readyz" | "/metrics" | "/login" | "/logout" | "/favicon.ico"
+        "/healthz" | "/readyz" | "/metrics" | "/login" | "/logout" | "/favicon.svg"
     ) || path.starts_with("/pkg/")
 }
 
@@ -292,14 +292,21 @@ fn login_html(access: &ReadAccess, next: &str, error: Option<&str>) -> Response 
             .replace('"', "&quot;")
     };
     let body = if access.token.is_some() {
+        let going = if next == "/" {
+            String::new()
+        } else {
+            format!(" to open <code>{}</code>", escape(next))
+        };
         format!(
             "<h1>Sign in to tokenscope</h1>\
-             <p>This server keeps prompts and answers; reading them needs its read token.</p>\
+             <p>This server keeps prompts and answers: sign in with its read token{going}.</p>\
              {}\
              <form method=\"post\" action=\"/login\">\
              <input type=\"hidden\" name=\"next\" value=\"{}\">\
-             <label>Read token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" autofocus required></label> \
-             <button type=\"submit\">Sign in</button></form>",
+             <label>Read token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" autofocus required></label>\
+             <button type=\"submit\">Sign in</button></form>\
+             <p class=\"muted\">The operator who runs tokenscope has the token (<code>--read-token</code>). \
+             Scripts send it as <code>Authorization: Bearer &lt;token&gt;</code>.</p>",
             error
                 .map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e)))
                 .unwrap_or_default(),

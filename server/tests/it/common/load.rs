@@ -6,8 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use prost::Message;
 use tokenscope::fixtures;
-use tokenscope::proto::v1::{self, trace_ingest_client::TraceIngestClient};
+use tokenscope::proto::v1;
+use tokenscope::sim::encoded;
+use tonic::codegen::Bytes;
 
 /// What one client sent and heard.
 #[derive(Debug, Default, Clone)]
@@ -100,24 +103,18 @@ pub async fn client(
         .flat_map(|rt| &rt.requests)
         .map(|r| r.tokens.as_ref().map_or(0, |t| t.token_id.len()) as u64)
         .sum();
-    let mut conn: Option<TraceIngestClient<tonic::transport::Channel>> = None;
+    // Encoded once per batch, resent as the same bytes: a refused send costs the client nothing,
+    // so what it offers is bounded by the server's answers, not by its own CPU.
+    let channel = tonic::transport::Channel::from_shared(url)
+        .expect("a gRPC URL")
+        .connect_lazy();
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
         let (b, ids) = batch(&template, client_no, n);
+        let body = Bytes::from(b.encode_to_vec());
         n += 1;
         loop {
-            let c = match &mut conn {
-                Some(c) => c,
-                None => match TraceIngestClient::connect(url.clone()).await {
-                    Ok(c) => conn.insert(c.max_encoding_message_size(64 << 20)),
-                    Err(_) => {
-                        // Down (killed, not yet restarted): try again shortly.
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            match c.export(b.clone()).await {
+            match encoded::export(channel.clone(), body.clone()).await {
                 Ok(_) => break,
                 Err(s) if s.code() == tonic::Code::ResourceExhausted => {
                     tally.exhausted += 1;
@@ -125,8 +122,8 @@ pub async fn client(
                     tokio::time::sleep(Duration::from_millis(backoff.min_ms + spread)).await;
                 }
                 Err(_) => {
+                    // Cut off or refused a connection (killed, not yet restarted): again shortly.
                     tally.broken += 1;
-                    conn = None;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
