@@ -24,11 +24,11 @@ const MAX_MESSAGE_MIB: u64 = 8;
 /// Clients of the first phase, which shows the server's memory at a load it keeps up with.
 const STEADY_CLIENTS: usize = 2;
 const STEADY_SECONDS: u64 = 15;
-/// Overloading clients come back quickly after a refusal (20–70 ms), far sooner than
+/// Overloading clients come back quickly after a refusal (5–25 ms), far sooner than
 /// `Retry-After` asks: what they offer is many times what is stored.
 const IMPATIENT: Backoff = Backoff {
-    min_ms: 20,
-    spread_ms: 50,
+    min_ms: 5,
+    spread_ms: 20,
 };
 
 fn env_or(name: &str, default: u64) -> u64 {
