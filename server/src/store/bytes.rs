@@ -137,12 +137,14 @@ impl<'a> Reader<'a> {
         String::from_utf8(bytes.to_vec()).map_err(|_| self.corrupt())
     }
 
-    /// Reads what [`Writer::planes`] wrote.
-    pub fn planes(&mut self) -> Result<Vec<u64>> {
+    /// Reads what [`Writer::planes`] wrote: at most `max` values. A column of equal values takes
+    /// no bytes whatever its length, so only the caller can say how long it may be.
+    pub fn planes(&mut self, max: usize) -> Result<Vec<u64>> {
         let n = self.varint()? as usize;
         let min = self.varint()?;
         let bits = u32::from(self.u8()?);
-        if bits > 64
+        if n > max
+            || bits > 64
             || n.checked_mul(bits as usize)
                 .is_none_or(|total| total / 8 > self.buf.len())
         {
@@ -218,12 +220,15 @@ mod tests {
         for values in cases {
             let mut w = Writer::default();
             w.planes(&values);
-            assert_eq!(Reader::new(&w.buf, "test").planes().unwrap(), values);
+            assert_eq!(
+                Reader::new(&w.buf, "test").planes(values.len()).unwrap(),
+                values
+            );
             let spread = values.iter().max() > values.iter().min();
             if spread {
                 let cut = &w.buf[..w.buf.len() - 1];
                 assert!(
-                    Reader::new(cut, "test").planes().is_err(),
+                    Reader::new(cut, "test").planes(values.len()).is_err(),
                     "truncation is detected"
                 );
             }

@@ -285,6 +285,26 @@ impl Column {
     }
 }
 
+/// A block's frames decompressed, to at most [`MAX_FRAME`] bytes: a few corrupt bytes must not
+/// make the reader allocate without bound.
+fn inflate(frame: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    zstd::stream::Decoder::new(frame)
+        .map_err(|_| corrupt())?
+        .take(MAX_FRAME + 1)
+        .read_to_end(&mut out)
+        .map_err(|_| corrupt())?;
+    if out.len() as u64 > MAX_FRAME {
+        return Err(corrupt());
+    }
+    Ok(out)
+}
+
+/// Largest frame a block may inflate to: about 10 million tokens with their candidates, far
+/// beyond any request (the largest message is 64 MiB by default).
+const MAX_FRAME: u64 = 256 << 20;
+
 fn corrupt() -> Error {
     Error::Internal("stored token block is corrupt".into())
 }
@@ -300,8 +320,13 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
     let control_len = header.varint()? as usize;
     let control = header.bytes(control_len)?;
     let numeric = header.rest();
-    let inflate = |frame: &[u8]| zstd::stream::decode_all(frame).map_err(|_| corrupt());
     let (control, numeric) = (inflate(control)?, inflate(numeric)?);
+    // Every token, and every candidate, takes at least a byte of the control frame: no column
+    // can be longer than it (a column of equal values takes no bytes of its own).
+    let most = control.len();
+    if n > most {
+        return Err(corrupt());
+    }
     let mut r = Reader::new(&control, "token block");
     let mut chosen_pos = r.section()?;
     let mut emitted_present = r.section()?;
@@ -318,12 +343,12 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
     let mut cand_text_state = r.section()?;
     let mut cand_text = r.section()?;
     let mut r = Reader::new(&numeric, "token block");
-    let mut token_id = Column::new(r.planes()?);
-    let mut emitted = Column::new(r.planes()?);
-    let mut scheduled = Column::new(r.planes()?);
-    let mut logprob = Column::new(r.planes()?);
-    let mut cand_id = Column::new(r.planes()?);
-    let mut cand_logprob = Column::new(r.planes()?);
+    let mut token_id = Column::new(r.planes(most)?);
+    let mut emitted = Column::new(r.planes(most)?);
+    let mut scheduled = Column::new(r.planes(most)?);
+    let mut logprob = Column::new(r.planes(most)?);
+    let mut cand_id = Column::new(r.planes(most)?);
+    let mut cand_logprob = Column::new(r.planes(most)?);
 
     let mut tokens = Vec::with_capacity(n.min(1 << 20));
     let mut refs = Vec::new();

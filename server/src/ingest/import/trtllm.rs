@@ -349,7 +349,8 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
         }
         None => 0,
     };
-    let ns = |s: f64| (s * 1e9).round() as Nanos + offset_ns;
+    // Saturating: an absurd time (1e22 s) becomes one that validation refuses, naming the field.
+    let ns = |s: f64| ((s * 1e9).round() as Nanos).saturating_add(offset_ns);
 
     // One batch per instance: the import's own, and each worker of a disaggregated request.
     let mut batches: Vec<(ResourceBatch, BTreeMap<u64, Iteration>)> = Vec::new();
