@@ -12,10 +12,9 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::load::{self, Backoff, Shape, Tally};
+use common::load::{self, Backoff, Clients, Shape, Tally};
 use common::process::ServerProcess;
 use prost::Message;
 
@@ -38,36 +37,31 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Runs `clients` for `seconds`, killing and restarting the server at `kill_at` (if any) and
-/// sampling its resident memory every 50 ms; the clients' tally and the peak in KiB.
+/// Runs `clients` for `seconds`, killing and restarting the server at `kill_at` (if any); the
+/// clients' tally and how long they ran.
 async fn phase(
     server: &mut ServerProcess,
     template: &Arc<tokenscope::proto::v1::ExportRequest>,
     first_client: usize,
     clients: usize,
     seconds: u64,
-    kill_at: Option<Duration>,
+    mut kill_at: Option<Duration>,
     backoff: Backoff,
 ) -> (Tally, Duration) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = (first_client..first_client + clients)
-        .map(|c| {
-            tokio::spawn(load::client(
-                server.grpc_url(),
-                c,
-                template.clone(),
-                stop.clone(),
-                backoff,
-            ))
-        })
-        .collect();
+    let running = Clients::start(
+        &server.grpc_url(),
+        first_client..first_client + clients,
+        template,
+        backoff,
+    );
     let start = Instant::now();
-    let mut killed = kill_at.is_none();
     while start.elapsed() < Duration::from_secs(seconds) {
-        if !killed && start.elapsed() >= kill_at.unwrap_or_default() {
+        if let Some(at) = kill_at
+            && start.elapsed() >= at
+        {
             server.kill9();
             server.restart().await;
-            killed = true;
+            kill_at = None;
             println!(
                 "  killed with -9 at {:.1} s, restarted",
                 start.elapsed().as_secs_f64()
@@ -75,12 +69,7 @@ async fn phase(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    let mut tally = Tally::default();
-    for t in tasks {
-        tally.add(t.await.unwrap());
-    }
-    (tally, start.elapsed())
+    (running.stop().await, start.elapsed())
 }
 
 fn main() {

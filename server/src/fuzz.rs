@@ -13,6 +13,10 @@ use crate::proto::v1;
 use crate::store::{batch_block, token_block};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
+/// The time decoders are run at (2026-11-30T07:00:00Z): imports anchor steady clocks to it, token
+/// blocks count from it.
+const T0: i64 = 1_796_022_000_000_000_000;
+
 /// A decoder under fuzzing: it takes any bytes.
 pub type Target = fn(&[u8]);
 
@@ -77,7 +81,7 @@ pub fn import_file(data: &[u8]) {
         instance: "fuzz".into(),
         model: None,
         clock_offset_s: None,
-        now_ns: 1_796_022_000_000_000_000,
+        now_ns: T0,
     };
     let format = formats[pick as usize % formats.len()];
     if let Ok(format) = format.resolve(file) {
@@ -87,7 +91,7 @@ pub fn import_file(data: &[u8]) {
 
 /// A stored token block (read back from the database, which a fault or a hand may corrupt).
 pub fn token_block(data: &[u8]) {
-    let _ = token_block::decode(data, 1_796_022_000_000_000_000);
+    let _ = token_block::decode(data, T0);
 }
 
 /// A stored iteration batch.
@@ -100,10 +104,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The committed seeds, a folder per target.
+    const SEEDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds");
+
     /// Inputs each target starts from: the repository's fixtures and codec outputs.
     fn seeds(target: &str) -> Vec<Vec<u8>> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds");
-        let Ok(entries) = std::fs::read_dir(format!("{dir}/{target}")) else {
+        let Ok(entries) = std::fs::read_dir(format!("{SEEDS}/{target}")) else {
             return Vec::new();
         };
         entries
@@ -118,7 +124,7 @@ mod tests {
             std::fs::read(format!("{}/tests/fixtures/{p}", env!("CARGO_MANIFEST_DIR"))).unwrap()
         };
         let mut out = Vec::new();
-        let r = fixtures::request("seed", 1_796_022_000_000_000_000, 6, 3, 1, 1);
+        let r = fixtures::request("seed", T0, 6, 3, 1, 1);
         let its = fixtures::iterations_for(&r, 2, 0);
         let export = v1::ExportRequest {
             resource_traces: vec![native::to_wire(
@@ -187,11 +193,10 @@ mod tests {
     /// `UPDATE_SEEDS=1` rewrites `fuzz/seeds/`; otherwise the committed seeds must be these.
     #[test]
     fn the_committed_seeds_are_current() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds");
         for (target, name, bytes) in fresh_seeds() {
-            let path = format!("{dir}/{target}/{name}");
+            let path = format!("{SEEDS}/{target}/{name}");
             if std::env::var_os("UPDATE_SEEDS").is_some() {
-                std::fs::create_dir_all(format!("{dir}/{target}")).unwrap();
+                std::fs::create_dir_all(format!("{SEEDS}/{target}")).unwrap();
                 std::fs::write(&path, &bytes).unwrap();
             } else {
                 let committed = std::fs::read(&path)

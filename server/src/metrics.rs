@@ -201,22 +201,18 @@ impl Metrics {
         let sum = self.commit_micros.load(Relaxed) as f64 / 1e6;
         let _ = writeln!(out, "{name}_sum {sum}");
         let _ = writeln!(out, "{name}_count {}", self.commit_count.load(Relaxed));
-        let name = "tokenscope_ingest_over_budget_total";
-        header(
+        counter(
             &mut out,
-            name,
+            "tokenscope_ingest_over_budget_total",
             "Ingest requests refused because the budget was in use (429 / RESOURCE_EXHAUSTED).",
-            "counter",
+            &self.over_budget,
         );
-        let _ = writeln!(out, "{name} {}", self.over_budget.load(Relaxed));
-        let name = "tokenscope_ingest_unauthenticated_total";
-        header(
+        counter(
             &mut out,
-            name,
+            "tokenscope_ingest_unauthenticated_total",
             "Ingest requests refused for want of a valid ingest key (401 / UNAUTHENTICATED).",
-            "counter",
+            &self.unauthenticated,
         );
-        let _ = writeln!(out, "{name} {}", self.unauthenticated.load(Relaxed));
         for g in gauges {
             header(&mut out, g.name, g.help, "gauge");
             for (labels, v) in &g.samples {
@@ -230,6 +226,12 @@ impl Metrics {
 fn header(out: &mut String, name: &str, help: &str, kind: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A counter without labels.
+fn counter(out: &mut String, name: &str, help: &str, value: &AtomicU64) {
+    header(out, name, help, "counter");
+    let _ = writeln!(out, "{name} {}", value.load(Relaxed));
 }
 
 #[cfg(test)]

@@ -285,6 +285,9 @@ fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
             axum::routing::post(crate::ingest::otlp_endpoints::post_traces),
         )
         .with_state(otlp.clone())
+        .layer(DefaultBodyLimit::max(config.max_message_bytes))
+        .layer(BudgetLayer(budget.clone()))
+        // Outside the budget, as on the gRPC port: a sender without a valid key takes none of it.
         .layer(KeyLayer::required(keys, store));
     let metrics = Router::new()
         .route("/metrics", axum::routing::get(crate::api::metrics::get))
@@ -299,19 +302,19 @@ fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
         )
         .route("/logout", axum::routing::get(crate::access::read::logout))
         .with_state(read.clone());
-    // Inside decompression: the budget counts the bytes the server will hold. Imports come in
-    // through the query API (an upload from the browser), so its bodies are budgeted as well.
+    // Imports come in through the query API (an upload from the browser), so its bodies are
+    // budgeted as well.
     let reads = api
         .layer(DefaultBodyLimit::max(config.max_message_bytes))
+        .layer(BudgetLayer(budget))
         .merge(ui)
         .layer(axum::middleware::from_fn_with_state(
             read,
             crate::access::read::gate,
         ));
+    // Inside decompression: the budget counts the bytes the server will hold.
     ingest
-        .layer(DefaultBodyLimit::max(config.max_message_bytes))
         .merge(reads)
-        .layer(BudgetLayer(budget))
         .layer(RequestDecompressionLayer::new())
         .merge(metrics)
         .merge(login)

@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::http::{HeaderValue, Request, Response, StatusCode, header};
+use axum::http::{HeaderValue, Request, Response, header};
 use tower::{Layer, Service};
 
 use super::{Digest, MIN_SECRET_LEN, Reader, bearer, digest, same};
@@ -235,17 +235,18 @@ impl KeyLayer {
         let Some(keys) = &self.keys else {
             return Ok(Grant::All);
         };
-        if let Some(grant) = bearer(req.headers()).and_then(|k| keys.grant(k)) {
+        let presented = bearer(req.headers());
+        if let Some(grant) = presented.and_then(|k| keys.grant(k)) {
             return Ok(grant);
         }
-        let known = matches!(
+        let known_reader = matches!(
             req.extensions().get::<Reader>(),
             Some(Reader::Token | Reader::User(_))
         );
-        if self.fallback == Fallback::KnownReader && known {
+        if self.fallback == Fallback::KnownReader && known_reader {
             return Ok(Grant::All);
         }
-        Err(match bearer(req.headers()) {
+        Err(match presented {
             None => {
                 "ingest needs a key: send `Authorization: Bearer <key>` with a key from the server's --ingest-keys file"
             }
@@ -272,22 +273,17 @@ pub trait Unauthenticated: Sized {
 
 impl Unauthenticated for axum::body::Body {
     fn unauthenticated(message: &str) -> Response<Self> {
-        let body = serde_json::json!({ "error": message }).to_string();
-        let mut r = Response::new(axum::body::Body::from(body));
-        *r.status_mut() = StatusCode::UNAUTHORIZED;
-        let h = r.headers_mut();
-        h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        use axum::response::IntoResponse;
+        let mut r = Error::Unauthenticated(message.into()).into_response();
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         r
     }
 }
 
 impl Unauthenticated for tonic::body::Body {
     fn unauthenticated(message: &str) -> Response<Self> {
-        tonic::Status::unauthenticated(message).into_http()
+        tonic::Status::from(Error::Unauthenticated(message.into())).into_http()
     }
 }
 

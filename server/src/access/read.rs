@@ -90,7 +90,8 @@ impl ReadAccess {
         let token = self.token.as_ref()?;
         let by_bearer = bearer(headers).is_some_and(|b| same(&digest(b), token));
         let by_cookie = cookie(headers, COOKIE)
-            .and_then(from_hex)
+            .and_then(app::model::unhex)
+            .and_then(|d| Digest::try_from(d).ok())
             .is_some_and(|d| same(&d, token));
         (by_bearer || by_cookie).then_some(Reader::Token)
     }
@@ -109,18 +110,16 @@ fn incident_link(method: &Method, path: &str) -> bool {
     if method != Method::GET && method != Method::HEAD {
         return false;
     }
-    let slug_then = |rest: &str| -> Option<String> {
+    // What follows a non-empty slug ("" for the slug alone).
+    fn after_slug(rest: &str) -> Option<&str> {
         let (slug, tail) = rest.split_once('/').unwrap_or((rest, ""));
-        (!slug.is_empty()).then(|| tail.to_string())
-    };
+        (!slug.is_empty()).then_some(tail)
+    }
     if let Some(rest) = path.strip_prefix("/api/v1/incidents/") {
-        return matches!(slug_then(rest).as_deref(), Some("" | "markdown"));
+        return matches!(after_slug(rest), Some("" | "markdown"));
     }
     if let Some(rest) = path.strip_prefix("/incidents/") {
-        return matches!(
-            slug_then(rest).as_deref(),
-            Some("" | "preview.png" | "preview.svg")
-        );
+        return matches!(after_slug(rest), Some("" | "preview.png" | "preview.svg"));
     }
     false
 }
@@ -165,14 +164,13 @@ fn refuse(access: &ReadAccess, req: &Request) -> Response {
         return (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
     }
     let message = match (&access.token, &access.user_header) {
-        (Some(_), _) => {
-            "reading needs access: sign in at /login, or send `Authorization: Bearer <read token>`"
-                .to_string()
-        }
         (None, Some(h)) => format!(
             "reading needs access: this server takes the user from the {h} header set by its reverse proxy; reach it through the proxy"
         ),
-        (None, None) => unreachable!("refuse is only called when read access is configured"),
+        _ => {
+            "reading needs access: sign in at /login, or send `Authorization: Bearer <read token>`"
+                .to_string()
+        }
     };
     Error::Unauthenticated(message).into_response()
 }
@@ -187,21 +185,6 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v)
-}
-
-fn to_hex(d: &Digest) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(s: &str) -> Option<Digest> {
-    if s.len() != 64 {
-        return None;
-    }
-    let mut d = [0u8; 32];
-    for (i, byte) in d.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(d)
 }
 
 /// Where to go after signing in: a path on this server, never another site.
@@ -255,7 +238,7 @@ pub async fn login(
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
     let cookie = format!(
         "{COOKIE}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=2592000{}",
-        to_hex(&presented),
+        app::model::hex(&presented),
         if https { "; Secure" } else { "" }
     );
     let mut r = (
@@ -363,7 +346,10 @@ mod tests {
         let access = ReadAccess::new(Some("0123456789abcdef"), None, false).unwrap();
         let mut h = HeaderMap::new();
         assert_eq!(access.reader(&h), None);
-        let value = format!("a=1; {COOKIE}={}", to_hex(&digest("0123456789abcdef")));
+        let value = format!(
+            "a=1; {COOKIE}={}",
+            app::model::hex(&digest("0123456789abcdef"))
+        );
         h.insert(header::COOKIE, value.parse().unwrap());
         assert_eq!(access.reader(&h), Some(Reader::Token));
         h.insert(header::COOKIE, format!("{COOKIE}=00").parse().unwrap());

@@ -83,22 +83,24 @@ pub fn normalize(r: &mut RequestTrace) {
 }
 
 impl Decoded {
+    /// Refuses an invalid item.
     pub fn reject(&mut self, kind: ItemKind, item: &str, e: validate::FieldError) {
+        self.refuse(kind, item, e, false);
+    }
+
+    /// Refuses an item the sender's key does not cover.
+    pub fn forbid(&mut self, kind: ItemKind, item: &str, e: validate::FieldError) {
+        self.refuse(kind, item, e, true);
+    }
+
+    fn refuse(&mut self, kind: ItemKind, item: &str, e: validate::FieldError, forbidden: bool) {
         self.rejections.push(Rejection {
             item: item.to_string(),
             field: e.field,
             message: e.message,
             kind,
-            forbidden: false,
+            forbidden,
         });
-    }
-
-    /// Refuses an item the sender's key does not cover.
-    pub fn forbid(&mut self, kind: ItemKind, item: &str, e: validate::FieldError) {
-        self.reject(kind, item, e);
-        if let Some(r) = self.rejections.last_mut() {
-            r.forbidden = true;
-        }
     }
 
     /// Moves the items of instances `grant` does not cover into the rejections.

@@ -189,12 +189,7 @@ pub(super) fn count(v: i32) -> u32 {
 
 /// A W3C trace id as bytes, when `s` is one (32 hex digits).
 fn trace_id_bytes(s: &str) -> Option<Vec<u8>> {
-    if s.len() != 32 {
-        return None;
-    }
-    (0..16)
-        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
-        .collect()
+    (s.len() == 32).then(|| app::model::unhex(s)).flatten()
 }
 
 impl Store {

@@ -3,8 +3,6 @@
 //! or the browser's sign-in cookie) and by a trusted proxy's header; incident links public only
 //! with `--public-incidents`.
 
-use std::io::Write;
-
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, trace_service_client::TraceServiceClient,
 };
@@ -19,33 +17,10 @@ const CPU_KEY: &str = "cpu-fedcba9876543210";
 const READ_TOKEN: &str = "read-00112233445566778899";
 
 /// A key file: `prod` may send for gpu-*, `cpu` for cpu-0 only.
-fn key_file() -> tempfile_path::TempPath {
-    tempfile_path::write(&format!(
+fn key_file() -> TempFile {
+    temp_file(&format!(
         "# name key instances\nprod {PROD_KEY} gpu-*\ncpu {CPU_KEY} cpu-0\n"
     ))
-}
-
-/// A file that is removed when dropped (std only: these tests need two small files).
-mod tempfile_path {
-    use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    pub struct TempPath(pub std::path::PathBuf);
-
-    impl Drop for TempPath {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-
-    pub fn write(text: &str) -> TempPath {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("tokenscope-keys-{}-{n}", std::process::id()));
-        let mut f = std::fs::File::create(&path).unwrap();
-        f.write_all(text.as_bytes()).unwrap();
-        TempPath(path)
-    }
 }
 
 fn with_key<T>(msg: T, key: &str) -> tonic::Request<T> {
@@ -207,7 +182,7 @@ async fn with_ingest_keys_every_ingest_path_needs_a_key_and_a_key_only_its_insta
 
 #[tokio::test]
 async fn a_wrong_key_file_stops_the_server_at_start_naming_the_line() {
-    let keys = tempfile_path::write("prod short gpu-*\n");
+    let keys = temp_file("prod short gpu-*\n");
     let path = keys.0.clone();
     let err = tokenscope::server::start(tokenscope::server::Config {
         access: tokenscope::access::AccessConfig {

@@ -3,10 +3,9 @@
 //! eight clients send, each resending until acknowledged.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::common::load::{self, Shape, Tally};
+use crate::common::load::{self, Clients, Shape};
 use crate::common::process::ServerProcess;
 use crate::common::*;
 use tokenscope::fixtures::Rng;
@@ -24,18 +23,7 @@ async fn acknowledged_batches_survive_kill_9_and_resent_ones_are_stored_once() {
         top_k: 2,
     };
     let template = Arc::new(load::template("gpu-0", shape));
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|c| {
-            tokio::spawn(load::client(
-                server.grpc_url(),
-                c,
-                template.clone(),
-                stop.clone(),
-                load::PATIENT,
-            ))
-        })
-        .collect();
+    let clients = Clients::start(&server.grpc_url(), 0..CLIENTS, &template, load::PATIENT);
 
     // Killed at moments of no particular phase: during a decode, a commit, or a reply.
     let mut rng = Rng::new(std::process::id() as u64);
@@ -46,11 +34,7 @@ async fn acknowledged_batches_survive_kill_9_and_resent_ones_are_stored_once() {
         server.restart().await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut tally = Tally::default();
-    for c in clients {
-        tally.add(c.await.unwrap());
-    }
+    let tally = clients.stop().await;
 
     let audit = load::audit(&db, &tally.acked).await;
     println!(

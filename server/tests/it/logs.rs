@@ -21,8 +21,7 @@ fn lines_of(log: &str, request_id: &str) -> Vec<serde_json::Value> {
 
 #[tokio::test]
 async fn json_logs_name_each_request_by_the_id_its_reply_carries() {
-    let keys = std::env::temp_dir().join(format!("tokenscope-logs-keys-{}", std::process::id()));
-    std::fs::write(&keys, "prod 0123456789abcdef0123 *\n").unwrap();
+    let keys = temp_file("prod 0123456789abcdef0123 *\n");
     let db = fresh_database().await;
     let server = ServerProcess::start_logging(
         &db,
@@ -30,7 +29,7 @@ async fn json_logs_name_each_request_by_the_id_its_reply_carries() {
             "--log-format",
             "json",
             "--ingest-keys",
-            keys.to_str().unwrap(),
+            keys.0.to_str().unwrap(),
         ],
         "info",
     )
@@ -78,7 +77,6 @@ async fn json_logs_name_each_request_by_the_id_its_reply_carries() {
 
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = std::fs::read_to_string(&server.log).unwrap();
-    let _ = std::fs::remove_file(&keys);
     let http = lines_of(&log, &http_id);
     assert!(
         http.iter().any(|l| l["fields"]["message"]

@@ -18,8 +18,6 @@ pub struct Tally {
     /// Request ids whose batch was acknowledged.
     pub acked: Vec<String>,
     pub batches: u64,
-    /// Output tokens of the acknowledged requests.
-    pub tokens: u64,
     /// Refusals for the budget (`RESOURCE_EXHAUSTED`), each followed by a resend.
     pub exhausted: u64,
     /// Sends whose outcome was not known (the connection broke: the server was killed).
@@ -30,7 +28,6 @@ impl Tally {
     pub fn add(&mut self, other: Tally) {
         self.acked.extend(other.acked);
         self.batches += other.batches;
-        self.tokens += other.tokens;
         self.exhausted += other.exhausted;
         self.broken += other.broken;
     }
@@ -89,7 +86,7 @@ pub const PATIENT: Backoff = Backoff {
 
 /// Sends batches until `stop` is set, each resent until acknowledged. The batch in hand when
 /// `stop` comes is still sent to its end, so every batch begun is acknowledged.
-pub async fn client(
+async fn client(
     url: String,
     client_no: usize,
     template: Arc<v1::ExportRequest>,
@@ -97,12 +94,6 @@ pub async fn client(
     backoff: Backoff,
 ) -> Tally {
     let mut tally = Tally::default();
-    let tokens_per_batch: u64 = template
-        .resource_traces
-        .iter()
-        .flat_map(|rt| &rt.requests)
-        .map(|r| r.tokens.as_ref().map_or(0, |t| t.token_id.len()) as u64)
-        .sum();
     // Encoded once per batch, resent as the same bytes: a refused send costs the client nothing,
     // so what it offers is bounded by the server's answers, not by its own CPU.
     let channel = tonic::transport::Channel::from_shared(url)
@@ -130,9 +121,48 @@ pub async fn client(
         }
         tally.acked.extend(ids);
         tally.batches += 1;
-        tally.tokens += tokens_per_batch;
     }
     tally
+}
+
+/// Clients numbered `numbers` sending `template`'s batches to `url` until [`Clients::stop`].
+pub struct Clients {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Tally>>,
+}
+
+impl Clients {
+    pub fn start(
+        url: &str,
+        numbers: std::ops::Range<usize>,
+        template: &Arc<v1::ExportRequest>,
+        backoff: Backoff,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = numbers
+            .map(|c| {
+                tokio::spawn(client(
+                    url.to_string(),
+                    c,
+                    template.clone(),
+                    stop.clone(),
+                    backoff,
+                ))
+            })
+            .collect();
+        Self { stop, tasks }
+    }
+
+    /// Stops them taking new batches, waits until each batch begun is acknowledged, and sums
+    /// what they heard.
+    pub async fn stop(self) -> Tally {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut tally = Tally::default();
+        for t in self.tasks {
+            tally.add(t.await.expect("a client task"));
+        }
+        tally
+    }
 }
 
 /// What the database holds of the acknowledged requests.

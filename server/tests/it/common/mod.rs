@@ -202,6 +202,23 @@ pub fn stage_kinds(d: &serde_json::Value, field: &str) -> Vec<String> {
         .collect()
 }
 
+/// A file in the temporary directory, removed when dropped (a key file, say).
+pub struct TempFile(pub std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn temp_file(text: &str) -> TempFile {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("tokenscope-test-{}-{n}", std::process::id()));
+    std::fs::write(&path, text).expect("a temporary file");
+    TempFile(path)
+}
+
 /// Runs the `tokenscope` binary with `args` (and `DATABASE_URL` when given), asserts that it
 /// succeeded, and returns what it printed on standard output.
 pub fn run_cli<I, S>(args: I, database_url: Option<&str>) -> Vec<u8>

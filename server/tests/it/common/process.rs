@@ -100,21 +100,17 @@ impl ServerProcess {
         }
     }
 
-    /// The kernel's figures for the process now: (resident KiB, peak resident KiB).
-    pub fn rss_kib(&self) -> Option<(u64, u64)> {
+    /// The running process's peak resident memory in KiB, as the kernel keeps it (`VmHWM`).
+    fn current_peak_kib(&self) -> Option<u64> {
         let pid = self.child.as_ref()?.id();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let field = |name: &str| -> Option<u64> {
-            let line = status.lines().find(|l| l.starts_with(name))?;
-            line.split_whitespace().nth(1)?.parse().ok()
-        };
-        Some((field("VmRSS:")?, field("VmHWM:")?))
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
     }
 
     /// The highest resident memory of any of its runs so far, in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        self.peak_rss_kib
-            .max(self.rss_kib().map_or(0, |(_, peak)| peak))
+        self.peak_rss_kib.max(self.current_peak_kib().unwrap_or(0))
     }
 
     /// SIGKILL: no drain, no flush, nothing it did not commit survives.
