@@ -22,8 +22,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from . import wire
-from .texts import Texts
+from tokenscope_exporter import Texts, wire
 
 # vLLM's FinishReason (vllm/v1/engine/__init__.py): STOP, LENGTH, ABORT, ERROR, REPETITION.
 _FINISH = {0: wire.FINISH_STOP, 1: wire.FINISH_LENGTH, 2: wire.FINISH_ABORT, 3: wire.FINISH_ERROR, 4: wire.FINISH_STOP}

@@ -14,9 +14,9 @@ import time
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from . import wire
-from .exporter import Exporter
-from .texts import Texts
+from tokenscope_exporter import Exporter, Texts, wire
+
+from .recorder import Recorder
 
 
 def _role(vllm_config) -> int:
@@ -24,6 +24,19 @@ def _role(vllm_config) -> int:
     kv = getattr(vllm_config, "kv_transfer_config", None)
     role = getattr(kv, "kv_role", None) if kv is not None else None
     return {"kv_producer": wire.ROLE_PREFILL, "kv_consumer": wire.ROLE_DECODE}.get(role, wire.ROLE_COLOCATED)
+
+
+def _tokenizer(model_config):
+    """The model's tokenizer, loaded on the exporter's thread (the scheduler holds none)."""
+    if model_config is None or getattr(model_config, "skip_tokenizer_init", False):
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(
+        model_config.tokenizer,
+        revision=getattr(model_config, "tokenizer_revision", None),
+        trust_remote_code=getattr(model_config, "trust_remote_code", False),
+    )
 
 
 def _exporter(vllm_config) -> Exporter:
@@ -38,13 +51,13 @@ def _exporter(vllm_config) -> Exporter:
     host = socket.gethostname()
     dp_rank = getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0
     instance = os.environ.get("TOKENSCOPE_INSTANCE") or (f"{host}/dp{dp_rank}" if dp_rank else host)
-    resource = wire.resource(vllm.__version__, model, instance, _role(vllm_config), host)
+    resource = wire.resource(wire.ENGINE_VLLM, vllm.__version__, model, instance, _role(vllm_config), host)
     return Exporter(
         endpoint=os.environ.get("TOKENSCOPE_ENDPOINT", "127.0.0.1:4317"),
         resource=resource,
+        recorder=Recorder(Texts(lambda: _tokenizer(model_config))),
         capacity=int(os.environ.get("TOKENSCOPE_BUFFER_EVENTS", "65536")),
         flush_interval_s=float(os.environ.get("TOKENSCOPE_FLUSH_INTERVAL_S", "0.5")),
-        texts=Texts(model_config),
         key=os.environ.get("TOKENSCOPE_INGEST_KEY") or None,
     )
 
@@ -75,19 +88,19 @@ class _Tracing:
     # What the two per-step hooks hand over (the benchmark times exactly these).
 
     def _step_event(self, out, start_ns: int) -> tuple:
-        return ("step", out, start_ns, len(self.running), len(self.waiting), self.kv_cache_manager.usage)
+        return ("scheduled", out, start_ns, len(self.running), len(self.waiting), self.kv_cache_manager.usage)
 
     def _update_event(self, scheduler_output, outputs, end_ns: int) -> tuple:
         # Requests it finished: vLLM collects them for the next step's output; a copy, as that
         # set is handed on and replaced at the next schedule().
         done = tuple(self.finished_req_ids) if self.finished_req_ids else ()
-        return ("update", scheduler_output, outputs, done, end_ns)
+        return ("updated", scheduler_output, outputs, done, end_ns)
 
     def finish_requests(self, request_ids, finished_status):
         finished = super().finish_requests(request_ids, finished_status)
         if finished:
             # Finished from outside: a client went away, or the front end saw a stop string.
-            self.tokenscope.push(("finish", [r.request_id for r in finished], time.time_ns()))
+            self.tokenscope.push(("finished", [r.request_id for r in finished], time.time_ns()))
         return finished
 
     def shutdown(self) -> None:

@@ -1,6 +1,10 @@
-"""The exporter thread: takes the scheduler's events from a bounded buffer, turns them into
-tokenscope records (`recorder`) and ships them in batches over gRPC. When tokenscope is slow or
-down, records are dropped and counted; the scheduler never waits.
+"""The exporter thread: takes the scheduler's events from a bounded buffer, hands them to the
+engine's recorder, which turns them into tokenscope records, and ships those in batches over gRPC.
+When tokenscope is slow or down, records are dropped and counted; the scheduler never waits.
+
+An event is a tuple whose first item names the recorder's method that takes it, e.g.
+`("scheduled", output, start_ns, ...)` calls `recorder.scheduled(output, start_ns, ...)`. A
+recorder also has `take()`, which returns the requests and iterations it has encoded since.
 """
 
 from __future__ import annotations
@@ -11,10 +15,8 @@ import time
 from collections import deque
 
 from . import wire
-from .recorder import Recorder
-from .texts import Texts
 
-log = logging.getLogger("tokenscope_vllm")
+log = logging.getLogger("tokenscope_exporter")
 
 EXPORT_METHOD = "/tokenscope.v1.TraceIngest/Export"
 
@@ -26,12 +28,12 @@ class Exporter:
         self,
         endpoint: str,
         resource: bytes,
+        recorder,
         capacity: int = 65536,
         flush_interval_s: float = 0.5,
         max_batch_bytes: int = 4 << 20,
         timeout_s: float = 5.0,
         poll_interval_s: float = 0.05,
-        texts: Texts | None = None,
         key: str | None = None,
     ) -> None:
         self.resource = resource
@@ -41,7 +43,7 @@ class Exporter:
         self.timeout_s = timeout_s
         self.poll_interval_s = poll_interval_s
         self.events: deque = deque()
-        self.recorder = Recorder(texts)
+        self.recorder = recorder
         # Counters (read them for metrics; written by one thread each).
         self.dropped_events = 0
         self.sent_requests = 0
@@ -50,7 +52,7 @@ class Exporter:
         self.dropped_iterations = 0
         self.rejected_requests = 0
         self.rejected_iterations = 0
-        # Events the recorder failed on (a vLLM it does not know): logged sparingly.
+        # Events the recorder failed on (an engine version it does not know): logged sparingly.
         self.record_errors = 0
         # The exporter thread's own CPU time, and the steps it recorded.
         self.cpu_ns = 0
@@ -101,21 +103,18 @@ class Exporter:
 
     def _drain(self) -> bool:
         events, rec = self.events, self.recorder
+        handlers: dict = {}
         started = time.thread_time_ns()
         n = 0
         while events:
             kind, *args = events.popleft()
             n += 1
             try:
-                if kind == "step":
-                    rec.scheduled(*args)
-                elif kind == "update":
-                    rec.updated(*args)
-                elif kind == "add":
-                    rec.add(*args)
-                elif kind == "finish":
-                    rec.finished(*args)
-            except Exception:  # a vLLM change must not take the engine down with us
+                handle = handlers.get(kind)
+                if handle is None:
+                    handle = handlers[kind] = getattr(rec, kind)
+                handle(*args)
+            except Exception:  # an engine change must not take the engine down with us
                 self.record_errors += 1
                 if self.record_errors in (1, 10, 100) or self.record_errors % 10000 == 0:
                     log.exception("tokenscope: could not record a %s event (%d so far)", kind, self.record_errors)

@@ -1,6 +1,6 @@
-"""Token texts for the ids the scheduler sees: vLLM detokenizes in its front end, so the exporter
-loads the model's tokenizer itself, on its own thread, the first time it needs it, and decodes
-each token id once.
+"""Token texts for the ids a scheduler sees: engines detokenize in their front end, so the exporter
+gets the model's tokenizer itself, on its own thread, the first time it needs it, and decodes each
+token id once.
 """
 
 from __future__ import annotations
@@ -8,14 +8,18 @@ from __future__ import annotations
 import logging
 import os
 
-log = logging.getLogger("tokenscope_vllm")
+log = logging.getLogger("tokenscope_exporter")
 
 
 class Texts:
-    """`text(id)`: a token's text, or None when no tokenizer could be loaded."""
+    """`texts(ids)`: the tokens' texts, once `available()` says a tokenizer could be had.
 
-    def __init__(self, model_config=None) -> None:
-        self._model_config = model_config
+    `tokenizer` is called once, on the exporter's thread, and returns a Hugging Face style
+    tokenizer (anything with `decode(ids, skip_special_tokens=...)`) or None. The environment's
+    `TOKENSCOPE_TOKENIZER` (a `tokenizer.json`, or a directory holding one) overrides it."""
+
+    def __init__(self, tokenizer=None) -> None:
+        self._tokenizer = tokenizer
         self._decode = None
         self._tried = False
         self._cache: dict[int, str] = {}
@@ -25,23 +29,17 @@ class Texts:
         path = os.environ.get("TOKENSCOPE_TOKENIZER")
         try:
             if path:
-                # A `tokenizer.json`, or a directory holding one.
                 from tokenizers import Tokenizer
 
                 if os.path.isdir(path):
                     path = os.path.join(path, "tokenizer.json")
                 tok = Tokenizer.from_file(path)
-                return lambda i: tok.decode([i], skip_special_tokens=False)
-            mc = self._model_config
-            if mc is None or getattr(mc, "skip_tokenizer_init", False):
+            elif self._tokenizer is not None:
+                tok = self._tokenizer()
+            else:
+                tok = None
+            if tok is None:
                 return None
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(
-                mc.tokenizer,
-                revision=getattr(mc, "tokenizer_revision", None),
-                trust_remote_code=getattr(mc, "trust_remote_code", False),
-            )
             return lambda i: tok.decode([i], skip_special_tokens=False)
         except Exception as e:  # no texts rather than no traces
             log.warning("tokenscope: no token texts, the tokenizer did not load: %s", e)

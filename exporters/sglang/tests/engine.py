@@ -1,0 +1,260 @@
+"""Drives SGLang's `Scheduler` hooks with SGLang's own request and batch objects, on CPU.
+
+SGLang's scheduler cannot be built without a model worker on a GPU, so its step loop is played
+here: `drive` does what `Scheduler.get_next_batch_to_run` does for the cases under test (chunked
+prefill that holds decodes back, a prefill mixed with the running decodes as with
+`--enable-mixed-chunk`, a retraction when the KV pool runs out) and builds each step's real
+`ScheduleBatch` (`forward_mode`, `prefix_lens`, `extend_lens`, `chunked_req`, `decoding_reqs`).
+The three hooked methods are SGLang's real `Scheduler` attributes, replaced through SGLang's
+`HookRegistry` (REPLACE, which the plugin's AROUND hooks wrap, as they would wrap the originals):
+the model's part appends each request's next token, its logprobs when asked, and lets SGLang's
+own `Req.update_finish_state()` decide when it finishes. Records what the "engine" did, to compare
+with what tokenscope stored.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from sglang.srt.disaggregation.utils import DisaggregationMode
+from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+from sglang.srt.sampling.sampling_params import SamplingParams
+
+EOS = 2
+CHUNK = 256
+TARGET = "sglang.srt.managers.scheduler.Scheduler"
+
+
+@dataclass
+class Run:
+    # Per step: {request id: (phase, tokens)}.
+    steps: list = field(default_factory=list)
+    tokens: dict = field(default_factory=dict)
+    # Per request, the step that made each token (SGLang's `forward_iter`).
+    made: dict = field(default_factory=dict)
+    retracted: list = field(default_factory=list)
+
+
+# --- the model's side of the three hooked methods --------------------------------------------------
+
+
+def _queue(self, req, is_retracted=False):
+    self.waiting_queue.append(req)
+
+
+def _run_batch(self, batch, *args, **kwargs):
+    self.forward_ct += 1
+    batch.forward_iter = self.forward_ct
+    batch.launch_ts = time.monotonic()
+    computed = sum(batch.extend_lens or ()) if batch.forward_mode.is_extend() else 0
+    time.sleep(self.decode_s + computed * self.prefill_s_per_token)
+    return SimpleNamespace(forward_mode=batch.forward_mode)
+
+
+def _process_batch_result(self, batch, result):
+    for req in batch.reqs:
+        if req.inflight_middle_chunks > 0:
+            req.inflight_middle_chunks -= 1
+            continue  # a chunk short of the prompt's end samples nothing
+        if req.finished_reason is not None or req.is_retracted:
+            continue  # overlap: a finished or retracted request's overshoot step is dropped
+        n = len(req.output_ids)
+        token = EOS if self.eos_after.get(req.rid) == n + 1 else 100 + (hash(req.rid) + n) % 1000
+        req.output_ids.append(token)
+        self.made.setdefault(req.rid, []).append(batch.forward_iter)
+        if req.return_logprob:
+            lp, k = req.logprob, req.logprob.top_logprobs_num
+            if lp.output_token_logprobs_val is None:
+                lp.output_token_logprobs_val, lp.output_token_logprobs_idx = [], []
+                lp.output_top_logprobs_val, lp.output_top_logprobs_idx = [], []
+            lp.output_token_logprobs_val.append(-0.5)
+            lp.output_token_logprobs_idx.append(token)
+            lp.output_top_logprobs_val.append([-0.25 * (j + 1) for j in range(k)])
+            lp.output_top_logprobs_idx.append([1000 + j for j in range(k)])
+        req.update_finish_state()
+
+
+def install_plugins() -> None:
+    """The model's methods (REPLACE), then SGLang's plugin loading, which finds tokenscope's entry
+    point, runs its `register()` and applies every hook."""
+    HookRegistry.register(f"{TARGET}._add_request_to_queue", _queue, HookType.REPLACE)
+    HookRegistry.register(f"{TARGET}.run_batch", _run_batch, HookType.REPLACE)
+    HookRegistry.register(f"{TARGET}.process_batch_result", _process_batch_result, HookType.REPLACE)
+    load_plugins()
+
+
+def make_scheduler(kv_tokens: int = 4096, prefill_s_per_token: float = 60e-6, decode_s: float = 0.004, eos_after=None):
+    """A `Scheduler` with only what the hooks and the plugin read (its constructor would start a
+    model worker)."""
+    s = Scheduler.__new__(Scheduler)
+    s.forward_ct = 0
+    s.waiting_queue = []
+    s.running_batch = ScheduleBatch(reqs=[])
+    s.max_total_num_tokens = kv_tokens
+    s.tokenizer = None
+    s.disaggregation_mode = DisaggregationMode.NULL
+    s.server_args = SimpleNamespace(served_model_name="tiny-sglang", model_path="tiny-sglang")
+    s.prefill_s_per_token = prefill_s_per_token
+    s.decode_s = decode_s
+    s.eos_after = eos_after or {}
+    s.kv = {}  # request id -> KV tokens held
+    s.made = {}  # request id -> the step (`forward_iter`) that made each of its tokens
+    s.token_to_kv_pool_allocator = SimpleNamespace(available_size=lambda: kv_tokens - sum(s.kv.values()))
+    s.tree_cache = SimpleNamespace(evictable_size=lambda: 0)
+    return s
+
+
+def make_request(rid: str, prompt: int, max_tokens: int, logprobs: int = 0, temperature: float = 0.7) -> Req:
+    sp = SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_p=0.9, stop_token_ids=[EOS])
+    sp.normalize(None)
+    return Req(
+        rid,
+        "",
+        array("q", [1 + (i % 500) for i in range(prompt)]),
+        sp,
+        return_logprob=logprobs > 0,
+        top_logprobs_num=logprobs,
+        eos_token_ids={EOS},
+    )
+
+
+# --- the step loop --------------------------------------------------------------------------------
+
+
+def drive(s, arrivals: dict, mixed_from: int | None = None, overlap: bool = False, max_steps: int = 2000) -> Run:
+    """Runs steps until every request has finished. `arrivals`: step number -> requests that
+    arrive then. From step `mixed_from` on, a prefill runs with the decodes (mixed chunk). With
+    `overlap`, as SGLang's default overlap scheduler: step N+1 is scheduled and launched before
+    step N's output is processed (for a `batch.copy()`), so a request that finishes in step N
+    still runs in step N+1, whose output for it is dropped."""
+    run = Run()
+    running: list = []
+    chunked = None  # the request whose prompt is being prefilled in chunks
+    done_prefill: dict = {}
+    in_flight = None  # overlap: the launched step whose output is not processed yet
+    run.made = s.made
+    total = sum(len(v) for v in arrivals.values())
+    for n in range(max_steps):
+        for req in arrivals.get(n, ()):
+            s._add_request_to_queue(req)
+        if len(run.tokens) == total:
+            if in_flight is not None:
+                _process(s, *in_flight, running, run)
+            return run
+        batch = _prefill_batch(s, running, chunked, done_prefill, mixed_from is not None and n >= mixed_from)
+        if batch is None and running:
+            _retract_if_full(s, running, run)
+            batch = ScheduleBatch(reqs=list(running), forward_mode=ForwardMode.DECODE)
+            for req in running:
+                s.kv[req.rid] += 1
+        if batch is None:
+            if in_flight is not None:
+                _process(s, *in_flight, running, run)
+                in_flight = None
+            else:
+                time.sleep(0.001)
+            continue
+        chunked = batch.chunked_req
+        s.running_batch = ScheduleBatch(reqs=list(running))
+        run.steps.append(_composition(batch))
+        result = s.run_batch(batch)
+        # Requests whose prompt is done decode from the next step on.
+        for req in batch.reqs:
+            if req is not chunked and req not in running:
+                running.append(req)
+        if overlap:
+            if in_flight is not None:
+                _process(s, *in_flight, running, run)
+            in_flight = (batch.copy(), result)
+        else:
+            _process(s, batch, result, running, run)
+    raise AssertionError("the scenario did not finish")
+
+
+def _process(s, batch, result, running: list, run: Run) -> None:
+    s.process_batch_result(batch, result)
+    for req in batch.reqs:
+        if req.finished_reason is not None and req.rid not in run.tokens:
+            run.tokens[req.rid] = list(req.output_ids)
+            s.kv.pop(req.rid, None)
+    running[:] = [r for r in running if r.finished_reason is None]
+
+
+def _prefill_batch(s, running, chunked, done_prefill, mixed):
+    """The next prefill: the chunked request's next chunk, else waiting requests that fit."""
+    queue = [chunked] if chunked is not None else list(s.waiting_queue)
+    if not queue:
+        return None
+    reqs, prefix, extend, budget, next_chunked = [], [], [], CHUNK, None
+    for req in queue:
+        need = len(req.origin_input_ids) + len(req.output_ids)  # a resumed one recomputes its output
+        before = done_prefill.get(req.rid, 0)
+        if before == 0 and s.max_total_num_tokens - sum(s.kv.values()) < need + len(running):
+            break  # no room for the whole prompt: decode on
+        take = min(need - before, budget)
+        if take <= 0:
+            break
+        reqs.append(req)
+        prefix.append(before)
+        extend.append(take)
+        done_prefill[req.rid] = before + take
+        s.kv[req.rid] = before + take
+        budget -= take
+        if before + take < need:
+            next_chunked = req
+            break
+        if budget == 0:
+            break
+    if not reqs:
+        return None
+    if next_chunked is not None:
+        next_chunked.inflight_middle_chunks += 1  # as SGLang's get_new_batch_prefill does
+    for req in reqs:
+        req.is_retracted = False  # as SGLang's prepare_for_extend does
+        if req in s.waiting_queue:
+            s.waiting_queue.remove(req)
+        if req is not next_chunked:
+            done_prefill.pop(req.rid, None)
+    decoding = list(running) if mixed else None
+    if decoding:
+        for req in decoding:
+            s.kv[req.rid] += 1
+        reqs = reqs + decoding
+        prefix = prefix + [0] * len(decoding)
+        extend = extend + [1] * len(decoding)
+    return ScheduleBatch(
+        reqs=reqs,
+        forward_mode=ForwardMode.MIXED if decoding else ForwardMode.EXTEND,
+        prefix_lens=prefix,
+        extend_lens=extend,
+        chunked_req=next_chunked,
+        decoding_reqs=decoding,
+    )
+
+
+def _retract_if_full(s, running, run) -> None:
+    """Out of KV for the next decode step: SGLang retracts the request that came last."""
+    while running and s.max_total_num_tokens - sum(s.kv.values()) < len(running):
+        req = running.pop()
+        s.kv.pop(req.rid, None)
+        req.reset_for_retract()
+        run.retracted.append(req.rid)
+        s._add_request_to_queue(req, is_retracted=True)
+
+
+def _composition(batch) -> dict:
+    decoding = {id(r) for r in batch.decoding_reqs or ()}
+    out = {}
+    for i, req in enumerate(batch.reqs):
+        if batch.forward_mode.is_decode() or id(req) in decoding:
+            out[req.rid] = ("decode", 1)
+        else:
+            out[req.rid] = ("prefill", batch.extend_lens[i])
+    return out

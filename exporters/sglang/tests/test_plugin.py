@@ -1,0 +1,190 @@
+"""The plugin loaded by SGLang's own plugin loader, its hooks on SGLang's `Scheduler`, fed SGLang's
+own requests and batches (`engine`), shipping to a real tokenscope.
+
+Needs `TOKENSCOPE_GRPC` and `TOKENSCOPE_HTTP` of a running server: `scripts/test-engines` starts
+one, and installs SGLang and the plugin (its entry point must be installed to be found).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+import engine
+
+GRPC = os.environ.get("TOKENSCOPE_GRPC")
+HTTP = os.environ.get("TOKENSCOPE_HTTP")
+pytestmark = pytest.mark.skipif(not (GRPC and HTTP), reason="needs a running tokenscope")
+
+
+def api(path: str, **params) -> dict:
+    q = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+    with urllib.request.urlopen(f"{HTTP}{path}?{q}", timeout=30) as r:
+        return json.load(r)
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    engine.install_plugins()
+    from sglang.srt.managers.scheduler import Scheduler
+
+    return Scheduler
+
+
+def exporter(s):
+    from tokenscope_sglang.hooks import exporter_of
+
+    return exporter_of(s)
+
+
+def start(instance: str, endpoint: str) -> None:
+    os.environ["TOKENSCOPE_ENDPOINT"] = endpoint
+    os.environ["TOKENSCOPE_INSTANCE"] = instance
+
+
+@pytest.fixture(scope="module", params=["normal", "overlap"])
+def scenario(plugins, request):
+    """Four short requests decoding; a 1,200-token prompt prefilled in 256-token chunks that hold
+    their decoding back (SGLang's default); a late request prefilled with the running decodes
+    (mixed chunk); a KV pool small enough that a request is retracted and recomputed. Under
+    SGLang's normal event loop and under its overlap scheduler (its default), where each step's
+    output is processed after the next step has been launched."""
+    instance = f"sglang-{request.param}-{os.getpid()}-{time.time_ns()}"
+    start(instance, GRPC)
+    s = engine.make_scheduler(kv_tokens=1400, eos_after={"short-1": 12})
+    shorts = [engine.make_request(f"short-{i}", 40, 120, logprobs=3 if i == 0 else 0) for i in range(4)]
+    arrivals = {0: shorts, 3: [engine.make_request("long", 1200, 30)], 14: [engine.make_request("late", 100, 20)]}
+    run = engine.drive(s, arrivals, mixed_from=14, overlap=request.param == "overlap")
+    ts = exporter(s)
+    assert ts.flush(timeout_s=20), ts.stats()
+    stats = ts.stats()
+    ts.close()
+    return instance, run, stats
+
+
+def test_sglangs_loader_applies_the_hooks(plugins):
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    for method in ("_add_request_to_queue", "run_batch", "process_batch_result"):
+        assert f"{engine.TARGET}.{method}" in HookRegistry._patched, method
+        hooked = getattr(plugins, method)
+        # The plugin's AROUND wrapper, around the model's REPLACE.
+        assert hooked.__wrapped__.__wrapped__ is not None, method
+
+
+def test_every_request_and_step_arrives(scenario):
+    instance, run, stats = scenario
+    assert stats["dropped_events"] == 0 and stats["dropped_requests"] == 0, stats
+    assert stats["record_errors"] == 0, stats
+    assert stats["rejected_requests"] == 0 and stats["rejected_iterations"] == 0, stats
+    assert stats["sent_requests"] == 6, stats
+    assert stats["sent_iterations"] == len(run.steps), stats
+    listed = api("/api/v1/requests", instance=instance, limit=50)["requests"]
+    assert sorted(r["request_id"] for r in listed) == sorted(run.tokens)
+    assert {r["engine"] for r in listed} == {"sglang"}
+
+
+def test_step_compositions_are_the_engines(scenario):
+    instance, run, _ = scenario
+    listed = api("/api/v1/requests", instance=instance, limit=50)["requests"]
+    start_ns = min(r["arrival_ns"] for r in listed) - 10**9
+    end_ns = max(r["arrival_ns"] + int(r["e2e_ms"] * 1e6) for r in listed) + 10**9
+    lane = api("/api/v1/waterfall", instance=instance, **{"from": start_ns, "to": end_ns, "width_px": 4000})["lane"]
+    assert lane["lod"] == "steps", lane["lod"]
+    stored = [(s["prefill_tokens"], s["decode_tokens"], s["batch_size"]) for s in lane["steps"]]
+    reported = [
+        (
+            sum(t for phase, t in step.values() if phase == "prefill"),
+            sum(t for phase, t in step.values() if phase == "decode"),
+            len(step),
+        )
+        for step in run.steps
+    ]
+    assert stored == reported
+    # Chunks held decoding back (prefill-only steps of 256), and the late request was prefilled
+    # with the decodes in one step.
+    assert sum(1 for p, d, _ in stored if p == 256 and d == 0) >= 4, stored[:12]
+    assert any(p > 0 and d > 0 for p, d, _ in stored), stored
+
+
+def test_tokens_logprobs_and_eos_are_the_engines(scenario):
+    instance, run, _ = scenario
+    for rid, tokens in run.tokens.items():
+        d = api(f"/api/v1/requests/{urllib.parse.quote(rid)}", instance=instance)
+        assert [t["token_id"] for t in d["tokens"]] == tokens, rid
+        assert d["engine"] == "sglang"
+        steps = [t["iteration"] for t in d["tokens"]]
+        assert None not in steps and steps == sorted(set(steps)), rid
+        # Each token on the step that made it: step ids and SGLang's forward_iter both count
+        # launched steps, so their distances from the first token's agree.
+        made = run.made[rid]
+        assert [x - steps[0] for x in steps] == [m - made[0] for m in made], rid
+        assert all(t["emitted_ns"] and t["scheduled_ns"] < t["emitted_ns"] for t in d["tokens"]), rid
+    long = api("/api/v1/requests/long", instance=instance)
+    chunks = [s for s in long["stages"] if s["kind"] == "prefill"]
+    assert len(chunks) >= 5 and sum(c["tokens"] for c in chunks) >= 1200, chunks
+    # 4 × 256 + 176: the fifth chunk finishes the prompt and samples the first token.
+    assert [c["tokens"] for c in chunks[:5]] == [256, 256, 256, 256, 176], chunks
+    assert long["tokens"][0]["iteration"] == chunks[4]["iteration"], (long["tokens"][0], chunks)
+    assert long["prompt_tokens"] == 1200
+    assert long["finish_reason"] == "length" and long["output_tokens"] == 30
+    assert long["ttft_ms"] is not None and long["ttft_ms"] > 0
+    with_lp = api("/api/v1/requests/short-0", instance=instance)
+    first = with_lp["tokens"][0]
+    assert abs(first["logprob"] + 0.5) < 1e-3, first
+    assert [c["token_id"] for c in first["candidates"]] == [1000, 1001, 1002]
+    assert with_lp["sampling"]["temperature"] == pytest.approx(0.7)
+    assert with_lp["sampling"]["max_tokens"] == 120
+    eos = api("/api/v1/requests/short-1", instance=instance)
+    assert eos["finish_reason"] == "stop"
+    assert eos["tokens"][-1]["special"] == "eos" and len(eos["tokens"]) == 12
+
+
+def test_retraction_is_recorded(scenario):
+    instance, run, _ = scenario
+    assert run.retracted, "the scenario must retract someone"
+    for rid in set(run.retracted):
+        d = api(f"/api/v1/requests/{urllib.parse.quote(rid)}", instance=instance)
+        assert d["preemptions"] >= 1, rid
+        assert any(s["kind"] == "preempted" for s in d["stages"]), d["stages"]
+
+
+def test_diagnosis_names_the_long_prompt(scenario):
+    instance, _, _ = scenario
+    victims = []
+    for rid in ("short-0", "short-2", "short-3"):
+        dx = api(f"/api/v1/requests/{rid}/diagnosis", instance=instance, tpot_ms=50, stall_ms=12)
+        causes = {f["cause"]: f for f in dx["findings"]}
+        if "prefill_interrupted_decode" in causes:
+            victims.append(rid)
+            assert "long" in causes["prefill_interrupted_decode"]["culprits"], causes
+    assert victims, "no short request was found held back by the long prompt's prefill"
+
+
+def test_a_tokenscope_that_is_down_costs_drops_not_the_engine(plugins):
+    start("nowhere", "127.0.0.1:9")
+    s = engine.make_scheduler()
+    run = engine.drive(s, {0: [engine.make_request("a", 30, 5)]})
+    assert len(run.tokens["a"]) == 5
+    ts = exporter(s)
+    ts.flush(timeout_s=10)
+    stats = ts.stats()
+    ts.close()
+    assert stats["sent_requests"] == 0 and stats["dropped_requests"] == 1, stats
+
+
+def test_only_the_first_rank_of_a_group_exports(plugins):
+    from sglang.srt.runtime_context import get_parallel
+
+    # Tensor-parallel ranks run the same steps as rank 0: they would send every step twice.
+    with get_parallel().override(tp_size=2, attn_tp_size=2, tp_rank=1, attn_tp_rank=1):
+        assert exporter(engine.make_scheduler()) is None
+    with get_parallel().override(tp_size=2, attn_tp_size=2, tp_rank=0, attn_tp_rank=0):
+        ts = exporter(engine.make_scheduler())
+        assert ts is not None
+        ts.close()

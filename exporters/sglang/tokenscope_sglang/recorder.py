@@ -1,0 +1,358 @@
+"""Turns what SGLang's scheduler did, step by step, into tokenscope's model: one `Iteration` per
+engine step (its batch), one `Request` per finished request (stages, tokens, logprobs).
+
+Runs on the exporter's thread. The scheduler hands over references (its `Req` objects, a step's
+`prefix_lens` / `extend_lens`); this module reads them after the fact, and only what SGLang no
+longer changes by then: a request's output ids and finish reason once it has finished, a prefill
+batch's lengths (new lists for each batch). Whether a prefill chunk makes a token is the batch's
+`chunked_req` (the one request whose prompt the chunk does not finish), decided by SGLang itself.
+
+As in the vLLM recorder, tokens are not followed step by step: when a request finishes, its token
+ids are read from its `Req`, and the steps that made them are the steps that ran it, minus the
+prefill chunks that did not finish its prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from itertools import chain
+
+from tokenscope_exporter import Texts, wire
+
+# Steps kept for the token times of live requests (as in the vLLM recorder).
+STEP_WINDOW = int(os.environ.get("TOKENSCOPE_STEP_WINDOW", "8192"))
+# Every so many steps, requests that finished without running a step (aborted while waiting)
+# are looked for among the live ones.
+SWEEP_EVERY = 64
+
+# SGLang's finish reasons (managers/schedule_batch.py), by class name.
+_FINISH = {
+    "FINISH_MATCHED_TOKEN": wire.FINISH_STOP,
+    "FINISH_MATCHED_STR": wire.FINISH_STOP,
+    "FINISHED_MATCHED_REGEX": wire.FINISH_STOP,
+    "FINISH_LENGTH": wire.FINISH_LENGTH,
+    "FINISH_ABORT": wire.FINISH_ABORT,
+}
+# SGLang's "whole vocabulary" top-k (sampling/sampling_params.py TOP_K_ALL), and its -1.
+_TOP_K_ALL = 1 << 30
+
+
+@dataclass
+class Sampling:
+    """SGLang's `SamplingParams` under the names `wire` writes."""
+
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    max_tokens: int | None
+    seed: int | None
+
+    @staticmethod
+    def of(sp) -> Sampling | None:
+        if sp is None:
+            return None
+        top_k = getattr(sp, "top_k", None)
+        return Sampling(
+            temperature=getattr(sp, "temperature", None),
+            top_p=getattr(sp, "top_p", None),
+            top_k=None if top_k is None or top_k >= _TOP_K_ALL else top_k,
+            max_tokens=getattr(sp, "max_new_tokens", None),
+            seed=getattr(sp, "sampling_seed", None),
+        )
+
+
+@dataclass
+class Record:
+    """A request while it runs, as tokenscope will store it."""
+
+    request_id: str
+    # SGLang's own request: its output ids and finish reason are read when it is done.
+    req: object
+    arrival_ns: int
+    queued_ns: int
+    prompt_tokens: int
+    sampling: Sampling | None
+    first_scheduled_ns: int = 0
+    first_iteration: int = 0
+    first_token_ns: int = 0
+    finished_ns: int = 0
+    finish_reason: int = 0
+    cached_tokens: int = 0
+    chunks: list = field(default_factory=list)
+    preemptions: list = field(default_factory=list)
+    # Set when it went back to the waiting queue; the next prefill of it resumes it.
+    preempted_ns: int = 0
+    token_ids: list = field(default_factory=list)
+    token_iterations: list = field(default_factory=list)
+    emitted_ns: list = field(default_factory=list)
+    scheduled_ns: list = field(default_factory=list)
+    texts: list = field(default_factory=list)
+    candidate_texts: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    ranks: list = field(default_factory=list)
+    special: list = field(default_factory=list)
+    candidate_counts: list = field(default_factory=list)
+    candidate_ids: list = field(default_factory=list)
+    candidate_logprobs: list = field(default_factory=list)
+
+
+@dataclass
+class Step:
+    iteration_id: int
+    start_ns: int
+    reqs: tuple
+    # Request ids that ran in it, and those of them that made no token.
+    ran: frozenset
+    silent: set
+    batch: bytes
+    # Prefill chunks: (record, tokens).
+    prefills: list
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    end_ns: int = 0
+
+
+class Recorder:
+    """Consumes the hooks' events in order; finished requests and steps come out encoded."""
+
+    def __init__(self, texts: Texts | None = None) -> None:
+        self.texts = texts or Texts()
+        self.records: dict[str, Record] = {}
+        self.decode_entries: dict[str, bytes] = {}
+        # Launched steps waiting for their output, by SGLang's `forward_iter`.
+        self.pending: dict[int, Step] = {}
+        self.window: list[Step | None] = []
+        self.window_base = 0
+        # Step ids increase across restarts of the engine: tokenscope keys steps by instance and id.
+        self.next_iteration = time.time_ns() // 1000
+        self.requests_out: list[bytes] = []
+        self.iterations_out: list[bytes] = []
+        self.unmatched_outputs = 0
+        self.processed_steps = 0
+        # The last decode step's requests, encoding and id set.
+        self.last_decode: tuple | None = None
+
+    # --- events -------------------------------------------------------------------------------
+
+    def queued(self, req, at_ns: int) -> None:
+        """A request entered the waiting queue: new, or back after a retraction or preemption."""
+        r = self.records.get(req.rid)
+        if r is not None:
+            if r.first_scheduled_ns and not r.preempted_ns:
+                r.preempted_ns = at_ns
+            # With the overlap scheduler, a step that ran it may still be in flight: SGLang drops
+            # a retracted request's output from it, so that step made no token for it.
+            for step in self.pending.values():
+                if req.rid in step.ran:
+                    step.silent.add(req.rid)
+            return
+        self.records[req.rid] = Record(
+            request_id=req.rid,
+            req=req,
+            arrival_ns=at_ns,
+            queued_ns=at_ns,
+            prompt_tokens=len(req.origin_input_ids),
+            sampling=Sampling.of(getattr(req, "sampling_params", None)),
+        )
+        self.decode_entries[req.rid] = wire.batch_entry(req.rid, wire.PHASE_DECODE, 1, 0)
+
+    def launched(
+        self,
+        forward_iter,
+        mode,
+        reqs: tuple,
+        prefix_lens,
+        extend_lens,
+        decoding_reqs,
+        chunked_req,
+        start_ns: int,
+        running: int,
+        waiting: int,
+        kv_usage: float,
+    ) -> None:
+        """A step started: who runs in it and what each computes."""
+        if not reqs or mode is None or mode.is_idle() or mode.is_prebuilt():
+            return  # nothing computed (an idle pass, or PD decode taking in transferred KV)
+        it = self.next_iteration
+        self.next_iteration += 1
+        if mode.is_decode() or mode.is_target_verify():
+            prev = self.last_decode
+            if prev is not None and prev[0] == reqs:
+                # The same requests as the step before (a comparison of references, in C): most
+                # decode steps. Their encoding and id set are the previous step's.
+                _, batch, ran = prev
+            else:
+                batch, ran = self._decode_batch(reqs), frozenset(req.rid for req in reqs)
+                self.last_decode = (reqs, batch, ran)
+            prefills, silent = [], set()
+        else:
+            batch, prefills, silent = self._mixed_batch(reqs, prefix_lens, extend_lens, decoding_reqs, chunked_req, start_ns, it)
+            ran = frozenset(req.rid for req in reqs)
+        self.pending[forward_iter] = Step(it, start_ns, reqs, ran, silent, batch, prefills, running, waiting, kv_usage)
+
+    def processed(self, forward_iter, end_ns: int) -> None:
+        """The step's output has been applied: the step ends, and what finished in it is done."""
+        step = self.pending.pop(forward_iter, None)
+        if step is None:
+            self.unmatched_outputs += 1
+            return
+        step.end_ns = end_ns
+        self._keep(step)
+        batch, step.batch = step.batch, b""
+        for r, tokens in step.prefills:
+            r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
+        self.iterations_out.append(
+            wire.iteration(step.iteration_id, step.start_ns, end_ns, batch, step.running, step.waiting, step.kv_cache_usage)
+        )
+        records = self.records
+        for req in step.reqs:
+            if req.finished_reason is not None:
+                r = records.get(req.rid)
+                if r is not None:
+                    self._maybe_finish(r, end_ns)
+        step.reqs = ()  # the window keeps ids, not SGLang's requests
+        self.processed_steps += 1
+        if self.processed_steps % SWEEP_EVERY == 0:
+            self._sweep(step.iteration_id, end_ns)
+
+    def take(self) -> tuple[list[bytes], list[bytes]]:
+        out = (self.requests_out, self.iterations_out)
+        self.requests_out, self.iterations_out = [], []
+        return out
+
+    # --- a step's batch -----------------------------------------------------------------------
+
+    def _decode_batch(self, reqs) -> bytes:
+        entries = self.decode_entries
+        return b"".join(entries.get(req.rid, b"") for req in reqs)
+
+    def _mixed_batch(self, reqs, prefix_lens, extend_lens, decoding_reqs, chunked_req, start_ns: int, it: int):
+        """A prefill batch (SGLang's EXTEND), or one mixed with the running decodes (MIXED)."""
+        records, decode = self.records, self.decode_entries
+        decoding = {id(q) for q in decoding_reqs or ()}
+        prefix_lens, extend_lens = prefix_lens or (), extend_lens or ()
+        entries, prefills, silent = [], [], set()
+        for i, req in enumerate(reqs):
+            if id(req) in decoding or i >= len(extend_lens):
+                entries.append(decode.get(req.rid, b""))
+                continue
+            r = records.get(req.rid)
+            if r is None:
+                continue
+            tokens, before = extend_lens[i], prefix_lens[i] if i < len(prefix_lens) else 0
+            if not r.first_scheduled_ns:
+                r.first_scheduled_ns = start_ns
+                r.first_iteration = it
+                r.cached_tokens = before  # the prefix cache's hit
+            elif r.preempted_ns:
+                # SGLang frees a retracted request's KV and prefills prompt and output again.
+                r.preemptions.append((r.preempted_ns, start_ns, True))
+                r.preempted_ns = 0
+            entries.append(wire.batch_entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
+            prefills.append((r, tokens))
+            if req is chunked_req:
+                silent.add(r.request_id)
+        return b"".join(entries), prefills, silent
+
+    # --- the step window ----------------------------------------------------------------------
+
+    def _keep(self, step: Step) -> None:
+        w = self.window
+        if not w:
+            self.window_base = step.iteration_id
+        gap = step.iteration_id - (self.window_base + len(w))
+        if gap < 0:
+            return
+        w.extend([None] * gap)
+        w.append(step)
+        if len(w) > STEP_WINDOW or len(w) % 1024 == 0:
+            oldest = min((r.first_iteration for r in self.records.values() if r.first_iteration), default=self.next_iteration)
+            drop = min(max(oldest - self.window_base, len(w) - STEP_WINDOW, 0), len(w))
+            del w[:drop]
+            self.window_base += drop
+
+    def _steps_of(self, r: Record):
+        rid = r.request_id
+        start = max(0, r.first_iteration - self.window_base) if r.first_iteration else 0
+        for step in self.window[start:]:
+            if step is not None and rid in step.ran:
+                yield step
+
+    # --- finishing ----------------------------------------------------------------------------
+
+    def _maybe_finish(self, r: Record, at_ns: int) -> None:
+        """`r`'s request has finished by now, as SGLang holds it; it is done here once the step
+        that made its last token has ended. (This thread may run behind the scheduler: the
+        request may have finished in a step whose output this thread has not yet seen.)"""
+        n = len(r.req.output_ids)
+        rid = r.request_id
+        making = [s for s in self._steps_of(r) if rid not in s.silent]
+        if len(making) >= n:
+            self._finish(r, making[:n], at_ns)
+
+    def _sweep(self, iteration_id: int, now_ns: int) -> None:
+        """Finished requests no step finished: aborted while they waited, or whose tokens came
+        more than one per step (speculative decoding), long after their last step."""
+        for r in [r for r in self.records.values() if r.req.finished_reason is not None]:
+            if not r.first_scheduled_ns:
+                self._finish(r, [], now_ns)
+                continue
+            rid = r.request_id
+            if any(rid in s.ran for s in self.pending.values()):
+                continue
+            steps = list(self._steps_of(r))
+            if not steps or iteration_id - steps[-1].iteration_id >= SWEEP_EVERY:
+                self._finish(r, [s for s in steps if rid not in s.silent], 0)
+
+    def _finish(self, r: Record, making: list, at_ns: int) -> None:
+        """Encodes a finished request: its tokens as SGLang holds them, the steps that made them."""
+        del self.records[r.request_id]
+        self.decode_entries.pop(r.request_id, None)
+        req = r.req
+        r.token_ids = list(req.output_ids)
+        n = len(r.token_ids)
+        if not at_ns:
+            at_ns = making[-1].end_ns if making else time.time_ns()
+        r.finished_ns = max(at_ns, r.arrival_ns)
+        reason = req.finished_reason
+        r.finish_reason = _FINISH.get(type(reason).__name__, wire.FINISH_STOP)
+        # A step per token, unless speculative decoding made several in one step or the window
+        # lost the earliest: then the tokens go without times rather than with wrong ones.
+        if len(making) == n:
+            r.token_iterations = [s.iteration_id for s in making]
+            r.scheduled_ns = [s.start_ns for s in making]
+            r.emitted_ns = [s.end_ns for s in making]
+            if making:
+                r.first_token_ns = making[0].end_ns
+        self._logprobs(r, req, n)
+        if n and type(reason).__name__ == "FINISH_MATCHED_TOKEN":
+            r.special = [0] * (n - 1) + [1]  # stopped by EOS or a stop token: the last one
+        if self.texts.available():
+            r.texts = self.texts.texts(r.token_ids)
+            if r.candidate_ids:
+                r.candidate_texts = self.texts.texts(r.candidate_ids)
+        self.requests_out.append(wire.request(r))
+
+    @staticmethod
+    def _logprobs(r: Record, req, n: int) -> None:
+        """SGLang keeps, when a request asked for them, each output token's logprob and its
+        top-k (ids and logprobs); the rank is left for tokenscope to derive from the top-k."""
+        if not getattr(req, "return_logprob", False):
+            return
+        lp = getattr(req, "logprob", None)
+        vals = getattr(lp, "output_token_logprobs_val", None)
+        if not vals or len(vals) != n:
+            return  # logprobs for some tokens only: a column must cover all or none
+        r.logprobs = list(vals)
+        r.ranks = [0] * n
+        top_vals = getattr(lp, "output_top_logprobs_val", None) or []
+        top_ids = getattr(lp, "output_top_logprobs_idx", None) or []
+        if len(top_vals) == n and len(top_ids) == n:
+            counts = list(map(len, top_ids))
+            if counts == list(map(len, top_vals)):
+                r.candidate_counts = counts
+                r.candidate_ids = list(chain.from_iterable(top_ids))
+                r.candidate_logprobs = list(chain.from_iterable(top_vals))
