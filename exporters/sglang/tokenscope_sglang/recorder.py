@@ -7,22 +7,19 @@ longer changes by then: a request's output ids and finish reason once it has fin
 batch's lengths (new lists for each batch). Whether a prefill chunk makes a token is the batch's
 `chunked_req` (the one request whose prompt the chunk does not finish), decided by SGLang itself.
 
-As in the vLLM recorder, tokens are not followed step by step: when a request finishes, its token
-ids are read from its `Req`, and the steps that made them are the steps that ran it, minus the
-prefill chunks that did not finish its prompt.
+Tokens are timed as in the vLLM recorder (`tokenscope_exporter.record`): when a request is done
+its token ids are read from its `Req`, and the steps that made them come from the step window.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain
 
 from tokenscope_exporter import Texts, wire
+from tokenscope_exporter.record import RequestRecord, StepWindow
 
-# Steps kept for the token times of live requests (as in the vLLM recorder).
-STEP_WINDOW = int(os.environ.get("TOKENSCOPE_STEP_WINDOW", "8192"))
 # Every so many steps, requests that finished without running a step (aborted while waiting)
 # are looked for among the live ones.
 SWEEP_EVERY = 64
@@ -64,38 +61,11 @@ class Sampling:
 
 
 @dataclass
-class Record:
+class Record(RequestRecord):
     """A request while it runs, as tokenscope will store it."""
 
-    request_id: str
     # SGLang's own request: its output ids and finish reason are read when it is done.
-    req: object
-    arrival_ns: int
-    queued_ns: int
-    prompt_tokens: int
-    sampling: Sampling | None
-    first_scheduled_ns: int = 0
-    first_iteration: int = 0
-    first_token_ns: int = 0
-    finished_ns: int = 0
-    finish_reason: int = 0
-    cached_tokens: int = 0
-    chunks: list = field(default_factory=list)
-    preemptions: list = field(default_factory=list)
-    # Set when it went back to the waiting queue; the next prefill of it resumes it.
-    preempted_ns: int = 0
-    token_ids: list = field(default_factory=list)
-    token_iterations: list = field(default_factory=list)
-    emitted_ns: list = field(default_factory=list)
-    scheduled_ns: list = field(default_factory=list)
-    texts: list = field(default_factory=list)
-    candidate_texts: list = field(default_factory=list)
-    logprobs: list = field(default_factory=list)
-    ranks: list = field(default_factory=list)
-    special: list = field(default_factory=list)
-    candidate_counts: list = field(default_factory=list)
-    candidate_ids: list = field(default_factory=list)
-    candidate_logprobs: list = field(default_factory=list)
+    req: object = None
 
 
 @dataclass
@@ -124,8 +94,7 @@ class Recorder:
         self.decode_entries: dict[str, bytes] = {}
         # Launched steps waiting for their output, by SGLang's `forward_iter`.
         self.pending: dict[int, Step] = {}
-        self.window: list[Step | None] = []
-        self.window_base = 0
+        self.window = StepWindow()
         # Step ids increase across restarts of the engine: tokenscope keys steps by instance and id.
         self.next_iteration = time.time_ns() // 1000
         self.requests_out: list[bytes] = []
@@ -200,7 +169,7 @@ class Recorder:
             self.unmatched_outputs += 1
             return
         step.end_ns = end_ns
-        self._keep(step)
+        self.window.keep(step, self.records)
         batch, step.batch = step.batch, b""
         for r, tokens in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
@@ -257,30 +226,6 @@ class Recorder:
                 silent.add(r.request_id)
         return b"".join(entries), prefills, silent
 
-    # --- the step window ----------------------------------------------------------------------
-
-    def _keep(self, step: Step) -> None:
-        w = self.window
-        if not w:
-            self.window_base = step.iteration_id
-        gap = step.iteration_id - (self.window_base + len(w))
-        if gap < 0:
-            return
-        w.extend([None] * gap)
-        w.append(step)
-        if len(w) > STEP_WINDOW or len(w) % 1024 == 0:
-            oldest = min((r.first_iteration for r in self.records.values() if r.first_iteration), default=self.next_iteration)
-            drop = min(max(oldest - self.window_base, len(w) - STEP_WINDOW, 0), len(w))
-            del w[:drop]
-            self.window_base += drop
-
-    def _steps_of(self, r: Record):
-        rid = r.request_id
-        start = max(0, r.first_iteration - self.window_base) if r.first_iteration else 0
-        for step in self.window[start:]:
-            if step is not None and rid in step.ran:
-                yield step
-
     # --- finishing ----------------------------------------------------------------------------
 
     def _maybe_finish(self, r: Record, at_ns: int) -> None:
@@ -288,8 +233,7 @@ class Recorder:
         that made its last token has ended. (This thread may run behind the scheduler: the
         request may have finished in a step whose output this thread has not yet seen.)"""
         n = len(r.req.output_ids)
-        rid = r.request_id
-        making = [s for s in self._steps_of(r) if rid not in s.silent]
+        making = self.window.making(r)
         if len(making) >= n:
             self._finish(r, making[:n], at_ns)
 
@@ -303,9 +247,9 @@ class Recorder:
             rid = r.request_id
             if any(rid in s.ran for s in self.pending.values()):
                 continue
-            steps = list(self._steps_of(r))
-            if not steps or iteration_id - steps[-1].iteration_id >= SWEEP_EVERY:
-                self._finish(r, [s for s in steps if rid not in s.silent], 0)
+            last = self.window.last(r)
+            if last is None or iteration_id - last.iteration_id >= SWEEP_EVERY:
+                self._finish(r, self.window.making(r), 0)
 
     def _finish(self, r: Record, making: list, at_ns: int) -> None:
         """Encodes a finished request: its tokens as SGLang holds them, the steps that made them."""
@@ -319,14 +263,7 @@ class Recorder:
         r.finished_ns = max(at_ns, r.arrival_ns)
         reason = req.finished_reason
         r.finish_reason = _FINISH.get(type(reason).__name__, wire.FINISH_STOP)
-        # A step per token, unless speculative decoding made several in one step or the window
-        # lost the earliest: then the tokens go without times rather than with wrong ones.
-        if len(making) == n:
-            r.token_iterations = [s.iteration_id for s in making]
-            r.scheduled_ns = [s.start_ns for s in making]
-            r.emitted_ns = [s.end_ns for s in making]
-            if making:
-                r.first_token_ns = making[0].end_ns
+        r.time_tokens(making)
         self._logprobs(r, req, n)
         if n and type(reason).__name__ == "FINISH_MATCHED_TOKEN":
             r.special = [0] * (n - 1) + [1]  # stopped by EOS or a stop token: the last one

@@ -18,18 +18,14 @@ finish its prompt.
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tokenscope_exporter import Texts, wire
+from tokenscope_exporter.record import RequestRecord, StepWindow
 
 # vLLM's FinishReason (vllm/v1/engine/__init__.py): STOP, LENGTH, ABORT, ERROR, REPETITION.
 _FINISH = {0: wire.FINISH_STOP, 1: wire.FINISH_LENGTH, 2: wire.FINISH_ABORT, 3: wire.FINISH_ERROR, 4: wire.FINISH_STOP}
-
-# Steps kept for the token times of live requests: beyond it, a very long request's earliest
-# tokens go without times (each step holds its batch's dict: about 10 KB at a batch of 256).
-STEP_WINDOW = int(os.environ.get("TOKENSCOPE_STEP_WINDOW", "8192"))
 
 
 def _stop_tokens(sp) -> frozenset:
@@ -42,43 +38,13 @@ def _stop_tokens(sp) -> frozenset:
 
 
 @dataclass
-class Record:
+class Record(RequestRecord):
     """A request while it runs, as tokenscope will store it."""
 
-    request_id: str
     # vLLM's own request: its output token ids and finish status are read when it is done.
-    request: object
-    arrival_ns: int
-    queued_ns: int
-    prompt_tokens: int
-    sampling: object
+    request: object = None
     # The model's EOS and the request's other stop tokens.
-    stop_token_ids: frozenset
-    first_scheduled_ns: int = 0
-    first_iteration: int = 0
-    first_token_ns: int = 0
-    finished_ns: int = 0
-    finish_reason: int = 0
-    cached_tokens: int = 0
-    # (start, end, tokens, iteration id) of each prefill chunk.
-    chunks: list = field(default_factory=list)
-    # (preempted at, resumed at, recompute) of each preemption.
-    preemptions: list = field(default_factory=list)
-    # Set when vLLM says it preempted the request (v2 model runner); else the resume tells.
-    preempted_ns: int = 0
-    # Filled when it is done.
-    token_ids: list = field(default_factory=list)
-    token_iterations: list = field(default_factory=list)
-    emitted_ns: list = field(default_factory=list)
-    scheduled_ns: list = field(default_factory=list)
-    texts: list = field(default_factory=list)
-    candidate_texts: list = field(default_factory=list)
-    logprobs: list = field(default_factory=list)
-    ranks: list = field(default_factory=list)
-    special: list = field(default_factory=list)
-    candidate_counts: list = field(default_factory=list)
-    candidate_ids: list = field(default_factory=list)
-    candidate_logprobs: list = field(default_factory=list)
+    stop_token_ids: frozenset = frozenset()
 
 
 @dataclass
@@ -87,8 +53,8 @@ class Step:
 
     iteration_id: int
     start_ns: int
-    # The step's `num_scheduled_tokens` (request id → tokens), vLLM's own dict.
-    counts: dict
+    # The step's `num_scheduled_tokens` (request id → tokens), vLLM's own dict: who ran in it.
+    ran: dict
     batch: bytes
     # Prefill chunks: (record, tokens).
     prefills: list
@@ -110,10 +76,7 @@ class Recorder:
         self.decode_entries: dict[str, bytes] = {}
         # Scheduled steps waiting for their output, by `SchedulerOutput` identity.
         self.pending: dict[int, Step] = {}
-        # Ended steps in iteration order, `window[i]` being iteration `window_base + i` (None
-        # where a step's events were dropped).
-        self.window: list[Step | None] = []
-        self.window_base = 0
+        self.window = StepWindow()
         # Step ids increase across restarts of the engine: tokenscope keys steps by instance and id.
         self.next_iteration = time.time_ns() // 1000
         self.requests_out: list[bytes] = []
@@ -178,7 +141,7 @@ class Recorder:
             self.unmatched_outputs += 1
             return
         step.end_ns = end_ns
-        self._keep(step)
+        self.window.keep(step, self.records)
         batch, step.batch = step.batch, b""  # the window keeps the step, not its encoding
         for r, tokens in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
@@ -241,7 +204,7 @@ class Recorder:
                 # The v2 model runner sends a resumed request as new: it recomputes the tokens it
                 # had made (counted from the steps that made them: vLLM's own lists are live).
                 self._resumed(r, start_ns)
-                made = sum(1 for s in self._steps_of(r) if r.request_id not in s.silent)
+                made = len(self.window.making(r))
             else:
                 r.first_scheduled_ns = start_ns
                 r.first_iteration = it
@@ -276,51 +239,11 @@ class Recorder:
         else:
             entries.append(wire.batch_entry(r.request_id, wire.PHASE_DECODE, tokens, 0))
 
-    # --- the step window ----------------------------------------------------------------------
-
-    def _keep(self, step: Step) -> None:
-        w = self.window
-        if not w:
-            self.window_base = step.iteration_id
-        gap = step.iteration_id - (self.window_base + len(w))
-        if gap < 0:
-            return  # out of order: older than the window
-        w.extend([None] * gap)
-        w.append(step)
-        if len(w) > STEP_WINDOW or len(w) % 1024 == 0:
-            self._forget_old_steps()
-
-    def _forget_old_steps(self) -> None:
-        """Drops the steps no live request ran in (and, past the cap, the oldest)."""
-        oldest = min(
-            (r.first_iteration for r in self.records.values() if r.first_iteration),
-            default=self.next_iteration,
-        )
-        drop = max(oldest - self.window_base, len(self.window) - STEP_WINDOW, 0)
-        drop = min(drop, len(self.window))
-        del self.window[:drop]
-        self.window_base += drop
-
-    def _steps_of(self, r: Record):
-        """The ended steps that ran the request, oldest first."""
-        rid = r.request_id
-        start = max(0, r.first_iteration - self.window_base) if r.first_iteration else 0
-        for step in self.window[start:]:
-            if step is not None and rid in step.counts:
-                yield step
-
-    def _last_step(self, r: Record) -> Step | None:
-        rid = r.request_id
-        for step in reversed(self.window):
-            if step is not None and rid in step.counts:
-                return step
-        return None
-
     # --- request events -----------------------------------------------------------------------
 
     def _resumed(self, r: Record, at_ns: int) -> None:
         # vLLM V1 frees a preempted request's blocks and recomputes them when it resumes.
-        last = self._last_step(r)
+        last = self.window.last(r)
         at = r.preempted_ns or (last.end_ns if last else at_ns)
         r.preemptions.append((at, at_ns, True))
         r.preempted_ns = 0
@@ -344,21 +267,13 @@ class Recorder:
             self.logprob_requests -= 1
         r.token_ids = list(req.output_token_ids)
         n = len(r.token_ids)
-        rid = r.request_id
-        making = [s for s in self._steps_of(r) if rid not in s.silent]
+        making = self.window.making(r)
         if not at_ns:
             at_ns = making[-1].end_ns if making else time.time_ns()
         r.finished_ns = max(at_ns, r.arrival_ns)
         reason = req.get_finished_reason()
         r.finish_reason = _FINISH.get(int(reason), wire.FINISH_STOP) if reason is not None else wire.FINISH_ABORT
-        # A step per token, unless speculative decoding made several in one step or the window
-        # lost the earliest: then the tokens go without times rather than with wrong ones.
-        if len(making) == n:
-            r.token_iterations = [s.iteration_id for s in making]
-            r.scheduled_ns = [s.start_ns for s in making]
-            r.emitted_ns = [s.end_ns for s in making]
-            if making:
-                r.first_token_ns = making[0].end_ns
+        r.time_tokens(making)
         if r.logprobs and len(r.logprobs) != n:
             # Logprobs for some tokens only: a column must cover all or none.
             r.logprobs = r.ranks = r.candidate_counts = r.candidate_ids = r.candidate_logprobs = []

@@ -1,0 +1,115 @@
+"""What every engine's recorder keeps the same way: a request while it runs, as `wire.request`
+will encode it once it is done, and the window of ended steps that times its tokens.
+
+Tokens are not followed step by step: when a request is done, its token ids are read from the
+engine's own request, and the steps that made them are the steps that ran it (kept here for as
+long as a live request may need them), minus those that made no token for it (a prefill chunk
+short of the prompt's end, a step whose output was dropped).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+# Steps kept for the token times of live requests: beyond it, a very long request's earliest
+# tokens go without times (a step holds its batch's request ids: about 10 KB at a batch of 256).
+STEP_WINDOW = int(os.environ.get("TOKENSCOPE_STEP_WINDOW", "8192"))
+
+
+@dataclass
+class RequestRecord:
+    """A request while it runs; the fields `wire.request` encodes. Engines add their own."""
+
+    request_id: str
+    arrival_ns: int
+    queued_ns: int
+    prompt_tokens: int
+    # The sampling parameters under the names `wire` reads (temperature, top_p, top_k,
+    # max_tokens, seed), or None.
+    sampling: object
+    first_scheduled_ns: int = 0
+    first_iteration: int = 0
+    first_token_ns: int = 0
+    finished_ns: int = 0
+    finish_reason: int = 0
+    cached_tokens: int = 0
+    # (start, end, tokens, iteration id) of each prefill chunk.
+    chunks: list = field(default_factory=list)
+    # (preempted at, resumed at, recompute) of each preemption.
+    preemptions: list = field(default_factory=list)
+    # When it was preempted, until it resumes.
+    preempted_ns: int = 0
+    # Filled when it is done.
+    token_ids: list = field(default_factory=list)
+    token_iterations: list = field(default_factory=list)
+    emitted_ns: list = field(default_factory=list)
+    scheduled_ns: list = field(default_factory=list)
+    texts: list = field(default_factory=list)
+    candidate_texts: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    ranks: list = field(default_factory=list)
+    special: list = field(default_factory=list)
+    candidate_counts: list = field(default_factory=list)
+    candidate_ids: list = field(default_factory=list)
+    candidate_logprobs: list = field(default_factory=list)
+
+    def time_tokens(self, making: list) -> None:
+        """Each token gets the step that made it, `making` being those steps in order: one step
+        per token, unless speculative decoding made several in one step or the window lost the
+        earliest, and then the tokens go without times rather than with wrong ones."""
+        if len(making) != len(self.token_ids):
+            return
+        self.token_iterations = [s.iteration_id for s in making]
+        self.scheduled_ns = [s.start_ns for s in making]
+        self.emitted_ns = [s.end_ns for s in making]
+        if making:
+            self.first_token_ns = making[0].end_ns
+
+
+class StepWindow:
+    """Ended steps in iteration order, `steps[i]` being iteration `base + i` (None where a step's
+    events were dropped). A step has `iteration_id`, `start_ns`, `end_ns`, `ran` (the request ids
+    that ran in it: anything `in` works on) and `silent` (those that made no token in it)."""
+
+    def __init__(self, cap: int = STEP_WINDOW) -> None:
+        self.steps: list = []
+        self.base = 0
+        self.cap = cap
+
+    def keep(self, step, records) -> None:
+        """Adds an ended step; now and then forgets the steps no live request (of `records`,
+        request id → `RequestRecord`) ran in, and past the cap the oldest."""
+        w = self.steps
+        if not w:
+            self.base = step.iteration_id
+        gap = step.iteration_id - (self.base + len(w))
+        if gap < 0:
+            return  # out of order: older than the window
+        w.extend([None] * gap)
+        w.append(step)
+        if len(w) > self.cap or len(w) % 1024 == 0:
+            oldest = min((r.first_iteration for r in records.values() if r.first_iteration), default=step.iteration_id + 1)
+            drop = min(max(oldest - self.base, len(w) - self.cap, 0), len(w))
+            del w[:drop]
+            self.base += drop
+
+    def of(self, r: RequestRecord):
+        """The ended steps that ran the request, oldest first."""
+        rid = r.request_id
+        start = max(0, r.first_iteration - self.base) if r.first_iteration else 0
+        for step in self.steps[start:]:
+            if step is not None and rid in step.ran:
+                yield step
+
+    def making(self, r: RequestRecord) -> list:
+        """The ended steps that made a token for the request, oldest first."""
+        rid = r.request_id
+        return [s for s in self.of(r) if rid not in s.silent]
+
+    def last(self, r: RequestRecord):
+        rid = r.request_id
+        for step in reversed(self.steps):
+            if step is not None and rid in step.ran:
+                return step
+        return None
