@@ -81,13 +81,27 @@ def _process_batch_result(self, batch, result):
         req.update_finish_state()
 
 
+def _event_loop(self):
+    arrivals, kwargs = self.scenario
+    self.run = drive(self, arrivals, **kwargs)
+
+
 def install_plugins() -> None:
     """The model's methods (REPLACE), then SGLang's plugin loading, which finds tokenscope's entry
     point, runs its `register()` and applies every hook."""
     HookRegistry.register(f"{TARGET}._add_request_to_queue", _queue, HookType.REPLACE)
     HookRegistry.register(f"{TARGET}.run_batch", _run_batch, HookType.REPLACE)
     HookRegistry.register(f"{TARGET}.process_batch_result", _process_batch_result, HookType.REPLACE)
+    HookRegistry.register(f"{TARGET}.run_event_loop", _event_loop, HookType.REPLACE)
     load_plugins()
+
+
+def serve(s, arrivals: dict, **kwargs) -> Run:
+    """Runs the scenario as the scheduler's event loop (`Scheduler.run_event_loop`), which returns
+    when every request has finished, as a graceful shutdown would."""
+    s.scenario = (arrivals, kwargs)
+    s.run_event_loop()
+    return s.run
 
 
 def make_scheduler(kv_tokens: int = 4096, prefill_s_per_token: float = 60e-6, decode_s: float = 0.004, eos_after=None):

@@ -7,6 +7,8 @@
 - `process_batch_result(batch, result)`: the step's output has been applied: tokens appended,
   requests finished. With the overlap scheduler it comes one step late, for a copy of the batch
   that keeps `forward_iter`.
+- `run_event_loop()`: when it returns (a graceful shutdown), what is buffered is sent before the
+  process exits. SGLang's scheduler processes end with `os._exit`, which skips `atexit`.
 
 Each hook calls SGLang's method and hands references to what SGLang built anyway to the exporter's
 buffer: a clock read, a tuple of the batch's requests, an append. Everything else happens on the
@@ -37,6 +39,7 @@ def register() -> None:
     HookRegistry.register(f"{SCHEDULER}._add_request_to_queue", _queued, HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.run_batch", _run_batch, HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _process_batch_result, HookType.AROUND)
+    HookRegistry.register(f"{SCHEDULER}.run_event_loop", _event_loop, HookType.AROUND)
 
 
 def _queued(original, self, req, *args, **kwargs):
@@ -63,6 +66,16 @@ def _process_batch_result(original, self, batch, *args, **kwargs):
     if ts is not None:
         ts.push(("processed", batch.forward_iter, time.time_ns()))
     return out
+
+
+def _event_loop(original, self, *args, **kwargs):
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        ts = self.__dict__.get("_tokenscope")
+        if ts is not None and ts is not _OFF:
+            ts.flush(timeout_s=5.0)
+            ts.close()
 
 
 def _launched_event(self, batch, start_ns: int) -> tuple:
