@@ -40,6 +40,7 @@ class Run:
     # Per request, the step that made each token (SGLang's `forward_iter`).
     made: dict = field(default_factory=dict)
     retracted: list = field(default_factory=list)
+    aborted: list = field(default_factory=list)
 
 
 # --- the model's side of the three hooked methods --------------------------------------------------
@@ -121,7 +122,7 @@ def make_scheduler(kv_tokens: int = 4096, prefill_s_per_token: float = 60e-6, de
     s.kv = {}  # request id -> KV tokens held
     s.made = {}  # request id -> the step (`forward_iter`) that made each of its tokens
     s.token_to_kv_pool_allocator = SimpleNamespace(available_size=lambda: kv_tokens - sum(s.kv.values()))
-    s.tree_cache = SimpleNamespace(evictable_size=lambda: 0)
+    s.tree_cache = SimpleNamespace(evictable_size=lambda: 0, finish=lambda handle, outcome: None)
     return s
 
 
@@ -142,9 +143,13 @@ def make_request(rid: str, prompt: int, max_tokens: int, logprobs: int = 0, temp
 # --- the step loop --------------------------------------------------------------------------------
 
 
-def drive(s, arrivals: dict, mixed_from: int | None = None, overlap: bool = False, max_steps: int = 2000) -> Run:
+def drive(
+    s, arrivals: dict, mixed_from: int | None = None, overlap: bool = False, aborts: dict | None = None, max_steps: int = 2000
+) -> Run:
     """Runs steps until every request has finished. `arrivals`: step number -> requests that
-    arrive then. From step `mixed_from` on, a prefill runs with the decodes (mixed chunk). With
+    arrive then; `aborts`: step number -> id of a waiting request its client gives up on then
+    (SGLang's `abort_request` pops it from the queue and calls `_release_aborted_request`).
+    From step `mixed_from` on, a prefill runs with the decodes (mixed chunk). With
     `overlap`, as SGLang's default overlap scheduler: step N+1 is scheduled and launched before
     step N's output is processed (for a `batch.copy()`), so a request that finishes in step N
     still runs in step N+1, whose output for it is dropped."""
@@ -158,7 +163,12 @@ def drive(s, arrivals: dict, mixed_from: int | None = None, overlap: bool = Fals
     for n in range(max_steps):
         for req in arrivals.get(n, ()):
             s._add_request_to_queue(req)
-        if len(run.tokens) == total:
+        gone = (aborts or {}).get(n)
+        for req in [r for r in s.waiting_queue if r.rid == gone]:
+            s.waiting_queue.remove(req)
+            s._release_aborted_request(req)
+            run.aborted.append(req.rid)
+        if len(run.tokens) + len(run.aborted) == total:
             if in_flight is not None:
                 _process(s, *in_flight, running, run)
             return run

@@ -58,8 +58,13 @@ def scenario(plugins, request):
     start(instance, GRPC)
     s = engine.make_scheduler(kv_tokens=1400, eos_after={"short-1": 12})
     shorts = [engine.make_request(f"short-{i}", 40, 120, logprobs=3 if i == 0 else 0) for i in range(4)]
-    arrivals = {0: shorts, 3: [engine.make_request("long", 1200, 30)], 14: [engine.make_request("late", 100, 20)]}
-    run = engine.serve(s, arrivals, mixed_from=14, overlap=request.param == "overlap")
+    arrivals = {
+        0: shorts,
+        3: [engine.make_request("long", 1200, 30)],
+        4: [engine.make_request("gone", 300, 20)],  # no room: waits, and its client gives up
+        14: [engine.make_request("late", 100, 20)],
+    }
+    run = engine.serve(s, arrivals, mixed_from=14, overlap=request.param == "overlap", aborts={8: "gone"})
     # No flush here: the plugin sends what it holds when the event loop returns.
     return instance, run, exporter(s).stats()
 
@@ -67,7 +72,8 @@ def scenario(plugins, request):
 def test_sglangs_loader_applies_the_hooks(plugins):
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    for method in ("_add_request_to_queue", "run_batch", "process_batch_result", "run_event_loop"):
+    hooked_methods = ("_add_request_to_queue", "run_batch", "process_batch_result", "run_event_loop", "_release_aborted_request")
+    for method in hooked_methods:
         assert f"{engine.TARGET}.{method}" in HookRegistry._patched, method
         hooked = getattr(plugins, method)
         # The plugin's AROUND wrapper, around the model's REPLACE.
@@ -79,11 +85,14 @@ def test_every_request_and_step_arrives(scenario):
     assert stats["dropped_events"] == 0 and stats["dropped_requests"] == 0, stats
     assert stats["record_errors"] == 0, stats
     assert stats["rejected_requests"] == 0 and stats["rejected_iterations"] == 0, stats
-    assert stats["sent_requests"] == 6, stats
+    assert stats["sent_requests"] == 7, stats
     assert stats["sent_iterations"] == len(run.steps), stats
     listed = api("/api/v1/requests", instance=instance, limit=50)["requests"]
-    assert sorted(r["request_id"] for r in listed) == sorted(run.tokens)
+    assert run.aborted == ["gone"]
+    assert sorted(r["request_id"] for r in listed) == sorted([*run.tokens, "gone"])
     assert {r["engine"] for r in listed} == {"sglang"}
+    gone = api("/api/v1/requests/gone", instance=instance)
+    assert gone["finish_reason"] == "abort" and gone["output_tokens"] == 0, gone
 
 
 def test_step_compositions_are_the_engines(scenario):

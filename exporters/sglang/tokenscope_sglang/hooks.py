@@ -2,6 +2,8 @@
 
 - `_add_request_to_queue(req, is_retracted)`: a request enters the waiting queue, new or back
   after a retraction or a priority preemption.
+- `_release_aborted_request(req)`: a request leaves without finishing: aborted while it waited,
+  or refused at the queue (full, or outranked). SGLang sets no finish reason for these.
 - `run_batch(batch)`: a step starts; `batch.forward_iter` (set by it) names the step, and the
   batch says who runs and what each computes.
 - `process_batch_result(batch, result)`: the step's output has been applied: tokens appended,
@@ -40,14 +42,22 @@ def register() -> None:
     HookRegistry.register(f"{SCHEDULER}.run_batch", _run_batch, HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _process_batch_result, HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.run_event_loop", _event_loop, HookType.AROUND)
+    HookRegistry.register(f"{SCHEDULER}._release_aborted_request", _aborted, HookType.AROUND)
 
 
 def _queued(original, self, req, *args, **kwargs):
-    at = time.time_ns()
+    # Handed over first: the queue may refuse the request, and its refusal must come after.
+    ts = _exporter_of(self)
+    if ts is not None:
+        ts.push(("queued", req, time.time_ns()))
+    return original(self, req, *args, **kwargs)
+
+
+def _aborted(original, self, req, *args, **kwargs):
     out = original(self, req, *args, **kwargs)
     ts = _exporter_of(self)
     if ts is not None:
-        ts.push(("queued", req, at))
+        ts.push(("aborted", req, time.time_ns()))
     return out
 
 

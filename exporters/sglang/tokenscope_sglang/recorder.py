@@ -128,6 +128,13 @@ class Recorder:
         )
         self.decode_entries[req.rid] = wire.batch_entry(req.rid, wire.PHASE_DECODE, 1, 0)
 
+    def aborted(self, req, at_ns: int) -> None:
+        """A request left without finishing (aborted while it waited, refused by the queue)."""
+        r = self.records.get(req.rid)
+        if r is None or any(req.rid in s.ran for s in self.pending.values()):
+            return  # a step still running it finishes it
+        self._finish(r, self.window.making(r)[: len(req.output_ids)], at_ns, wire.FINISH_ABORT)
+
     def launched(
         self,
         forward_iter,
@@ -251,7 +258,7 @@ class Recorder:
             if last is None or iteration_id - last.iteration_id >= SWEEP_EVERY:
                 self._finish(r, self.window.making(r), 0)
 
-    def _finish(self, r: Record, making: list, at_ns: int) -> None:
+    def _finish(self, r: Record, making: list, at_ns: int, reason_code: int = 0) -> None:
         """Encodes a finished request: its tokens as SGLang holds them, the steps that made them."""
         del self.records[r.request_id]
         self.decode_entries.pop(r.request_id, None)
@@ -262,7 +269,7 @@ class Recorder:
             at_ns = making[-1].end_ns if making else time.time_ns()
         r.finished_ns = max(at_ns, r.arrival_ns)
         reason = req.finished_reason
-        r.finish_reason = _FINISH.get(type(reason).__name__, wire.FINISH_STOP)
+        r.finish_reason = reason_code or _FINISH.get(type(reason).__name__, wire.FINISH_STOP)
         r.time_tokens(making)
         self._logprobs(r, req, n)
         if n and type(reason).__name__ == "FINISH_MATCHED_TOKEN":
