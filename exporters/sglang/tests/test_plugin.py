@@ -75,9 +75,8 @@ def test_sglangs_loader_applies_the_hooks(plugins):
     hooked_methods = ("_add_request_to_queue", "run_batch", "process_batch_result", "run_event_loop", "_release_aborted_request")
     for method in hooked_methods:
         assert f"{engine.TARGET}.{method}" in HookRegistry._patched, method
-        hooked = getattr(plugins, method)
-        # The plugin's AROUND wrapper, around the model's REPLACE.
-        assert hooked.__wrapped__.__wrapped__ is not None, method
+        # The plugin's AROUND wrapper (around the model's REPLACE, where the test made one).
+        assert getattr(getattr(plugins, method), "__wrapped__", None) is not None, method
 
 
 def test_every_request_and_step_arrives(scenario):
