@@ -1,5 +1,5 @@
-//! A late first token: a slow KV transfer, one long prompt (or two) holding the engine, or a
-//! queue that no single prompt explains.
+//! A late first token, or none before the request was given up on: a slow KV transfer, one long
+//! prompt (or two) holding the engine, or a queue that no single prompt explains.
 
 use std::collections::BTreeMap;
 
@@ -11,13 +11,54 @@ use crate::model::{Iteration, Nanos, Phase, RequestTrace};
 /// At most this many requests are named as holding the engine; more is a queue.
 const FEW: usize = 2;
 
+/// How long the request waited for its first token, and how the findings say so.
+#[derive(Clone, Copy)]
+pub(super) enum Wait {
+    /// It came, later than the TTFT SLO.
+    Late(Nanos),
+    /// None came: the request was aborted (a client that gave up, a queue that refused it) this
+    /// long after it arrived.
+    Abandoned(Nanos),
+}
+
+impl Wait {
+    fn ns(self) -> Nanos {
+        match self {
+            Wait::Late(t) | Wait::Abandoned(t) => t,
+        }
+    }
+
+    /// What every finding opens with: `TTFT 3.20 s > 2 s SLO`, `No first token: aborted after 3.20 s`.
+    fn lead(self, th: &Thresholds) -> String {
+        match self {
+            Wait::Late(t) => format!("TTFT {} > {} SLO", duration(t), slo_text(th.ttft_ms)),
+            Wait::Abandoned(t) => format!("No first token: aborted after {}", duration(t)),
+        }
+    }
+
+    /// The evidence, with the wait under its name (`ttft_ms` or `aborted_after_ms`) first.
+    fn evidence(self, rest: serde_json::Value) -> serde_json::Value {
+        let key = match self {
+            Wait::Late(_) => "ttft_ms",
+            Wait::Abandoned(_) => "aborted_after_ms",
+        };
+        let mut out = serde_json::Map::new();
+        out.insert(key.into(), ms(self.ns()).into());
+        if let serde_json::Value::Object(rest) = rest {
+            out.extend(rest);
+        }
+        out.into()
+    }
+}
+
 pub(super) fn slow_first_token(
     r: &RequestTrace,
-    ttft: Nanos,
+    wait: Wait,
     ctx: &Context,
     th: &Thresholds,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
+    let ttft = wait.ns();
     let first = r.first_token_at().unwrap_or(r.finished_ns);
     if let Some(kv) = &r.kv_transfer {
         let took = kv.end_ns - kv.start_ns;
@@ -26,13 +67,13 @@ pub(super) fn slow_first_token(
                 cause: Cause::KvTransferSlow,
                 severity: Severity::Critical,
                 summary: format!(
-                    "TTFT {} > {} SLO: the KV-cache transfer from the prefill instance took {}.",
-                    duration(ttft),
-                    slo_text(th.ttft_ms),
+                    "{}: the KV-cache transfer from the prefill instance took {}.",
+                    wait.lead(th),
                     duration(took)
                 ),
                 culprits: Vec::new(),
-                evidence: serde_json::json!({ "ttft_ms": ms(ttft), "kv_transfer_ms": ms(took), "bytes": kv.bytes }),
+                evidence: wait
+                    .evidence(serde_json::json!({ "kv_transfer_ms": ms(took), "bytes": kv.bytes })),
                 inferred: false,
             });
             return out;
@@ -41,7 +82,7 @@ pub(super) fn slow_first_token(
     // Who prefilled while this request waited for its first step?
     let wait_from = r.arrival_ns;
     let wait_to = r.first_scheduled_at().unwrap_or(first);
-    if let Some(f) = monopoly(r, wait_from, first, ctx, th, ttft) {
+    if let Some(f) = monopoly(r, wait_from, first, ctx, th, wait) {
         out.push(f);
         return out;
     }
@@ -57,14 +98,16 @@ pub(super) fn slow_first_token(
             cause: Cause::QueueBacklog,
             severity: Severity::Warning,
             summary: format!(
-                "TTFT {} > {} SLO: {} of it waiting in the queue{}.",
-                duration(ttft),
-                slo_text(th.ttft_ms),
+                "{}: {} of it waiting in the queue{}.",
+                wait.lead(th),
                 duration(queue),
-                waiting.map(|w| format!(" behind up to {w} requests")).unwrap_or_default()
+                waiting
+                    .map(|w| format!(" behind up to {w} requests"))
+                    .unwrap_or_default()
             ),
             culprits: Vec::new(),
-            evidence: serde_json::json!({ "ttft_ms": ms(ttft), "queue_ms": ms(queue), "max_waiting": waiting }),
+            evidence: wait
+                .evidence(serde_json::json!({ "queue_ms": ms(queue), "max_waiting": waiting })),
             inferred: ctx.iterations.is_empty(),
         });
     }
@@ -174,7 +217,7 @@ fn monopoly(
     to: Nanos,
     ctx: &Context,
     th: &Thresholds,
-    ttft: Nanos,
+    wait_for: Wait,
 ) -> Option<Finding> {
     let h = if ctx.iterations.is_empty() {
         from_spans(r, from, to, ctx.others)
@@ -189,14 +232,13 @@ fn monopoly(
             cause: Cause::PrefillMonopolized,
             severity: Severity::Critical,
             summary: format!(
-                "TTFT {} > {} SLO: waited while {id}'s {}-token prefill held the engine for {run} consecutive iterations ({}).",
-                duration(ttft),
-                slo_text(th.ttft_ms),
+                "{}: waited while {id}'s {}-token prefill held the engine for {run} consecutive iterations ({}).",
+                wait_for.lead(th),
                 thousands(tokens),
                 duration(held)
             ),
             culprits: vec![id],
-            evidence: serde_json::json!({ "ttft_ms": ms(ttft), "iterations": run, "prefill_tokens": tokens, "held_ms": ms(held) }),
+            evidence: wait_for.evidence(serde_json::json!({ "iterations": run, "prefill_tokens": tokens, "held_ms": ms(held) })),
             inferred: false,
         });
     }
@@ -213,14 +255,13 @@ fn monopoly(
         cause: Cause::PrefillMonopolized,
         severity: Severity::Critical,
         summary: format!(
-            "TTFT {} > {} SLO: waited {} for its first token while {whose} ({} of the wait).",
-            duration(ttft),
-            slo_text(th.ttft_ms),
+            "{}: waited {} for its first token while {whose} ({} of the wait).",
+            wait_for.lead(th),
             duration(wait),
             duration(held)
         ),
         culprits: ids,
-        evidence: serde_json::json!({ "ttft_ms": ms(ttft), "wait_ms": ms(wait), "held_ms": ms(held), "prefill_tokens": tokens }),
+        evidence: wait_for.evidence(serde_json::json!({ "wait_ms": ms(wait), "held_ms": ms(held), "prefill_tokens": tokens })),
         inferred: h.inferred,
     })
 }

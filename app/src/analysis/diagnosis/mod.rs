@@ -12,7 +12,8 @@ mod words;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::metrics::request_metrics;
-use crate::model::{Iteration, Nanos, RequestTrace};
+use crate::model::{FinishReason, Iteration, Nanos, RequestTrace};
+use first_token::Wait;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -186,7 +187,17 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
         tpot => findings.extend(decode::frozen_decode(r, tpot, ctx, th)),
     }
     if let Some(ttft) = m.ttft_ns.filter(|&t| ms(t) > th.ttft_ms) {
-        findings.extend(first_token::slow_first_token(r, ttft, ctx, th));
+        findings.extend(first_token::slow_first_token(r, Wait::Late(ttft), ctx, th));
+    } else if m.ttft_ns.is_none() && r.finish_reason == FinishReason::Abort && r.tokens.is_empty() {
+        // Given up on before any answer (a client's timeout, a queue that refused it): whoever
+        // kept it from its first step is the cause, whatever the SLO.
+        let waited = r.finished_ns - r.arrival_ns;
+        findings.extend(first_token::slow_first_token(
+            r,
+            Wait::Abandoned(waited),
+            ctx,
+            th,
+        ));
     }
     if !r.preemptions.is_empty() {
         let lost: Nanos = r
@@ -399,6 +410,48 @@ mod tests {
             "{}",
             f.summary
         );
+    }
+
+    #[test]
+    fn a_request_given_up_on_before_its_first_token_names_who_held_the_engine() {
+        // Arrived at 0, never scheduled, aborted by its client at 1.5 s, while `long` prefilled:
+        // within the TTFT SLO, yet no answer at all.
+        let gone = RequestTrace {
+            request_id: "gone".into(),
+            arrival_ns: 0,
+            queued_ns: Some(0),
+            finished_ns: 1500 * MS,
+            finish_reason: FinishReason::Abort,
+            prompt_tokens: 300,
+            ..RequestTrace::default()
+        };
+        let long = other("long", 96_000, &[(-100, 1500)]);
+        let d = run(&gone, std::slice::from_ref(&long));
+        assert_eq!(causes(&d), [("prefill_monopolized", vec!["long".into()])]);
+        let f = &d.findings[0];
+        assert!(
+            f.summary
+                .starts_with("No first token: aborted after 1.50 s: waited 1.50 s"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(f.evidence["aborted_after_ms"], 1500.0);
+        assert!(f.evidence.get("ttft_ms").is_none());
+        assert_eq!(d.verdict, Verdict::Degraded);
+        // Alone in the queue: the queue is the answer.
+        let d = run(&gone, &[]);
+        assert_eq!(causes(&d), [("queue_backlog", vec![])]);
+        assert!(
+            d.findings[0]
+                .summary
+                .contains("1.50 s of it waiting in the queue")
+        );
+        // An answer that stopped normally, or an abort after tokens, is not "no first token".
+        let stopped = RequestTrace {
+            finish_reason: FinishReason::Stop,
+            ..gone.clone()
+        };
+        assert!(run(&stopped, &[long]).findings.is_empty());
     }
 
     #[test]

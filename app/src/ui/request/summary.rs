@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use super::Rq;
 use crate::analysis::diagnosis::{Diagnosis, Verdict};
 use crate::api::{RequestDetail, StageKind};
-use crate::model::{Role, SamplingParams, ms};
+use crate::model::{FinishReason, Role, SamplingParams, ms};
 use crate::ui::format::{duration_ms, thousands};
 use crate::ui::links::{request_href, waterfall_href};
 use crate::ui::query::{build, encode};
@@ -111,6 +111,16 @@ fn links(d: &RequestDetail) -> impl IntoView + use<> {
     }
 }
 
+/// What a request without findings says: an abort the engine does not explain is not "as expected".
+fn nothing_to_explain(finish: FinishReason) -> &'static str {
+    match finish {
+        FinishReason::Abort => {
+            "Aborted, and nothing in the engine explains it: its client went away, or a limit refused it."
+        }
+        _ => "Nothing to explain: within the SLOs, and the answer ended as expected.",
+    }
+}
+
 #[component]
 pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
     let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
@@ -164,7 +174,7 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
                 </div>
                 <ul class="findings" data-testid="findings">
                     {findings}
-                    {(!degraded).then(|| view! { <li class="muted">"Nothing to explain: within the SLOs, and the answer ended as expected."</li> })}
+                    {(!degraded).then(|| view! { <li class="muted">{nothing_to_explain(s.finish_reason)}</li> })}
                 </ul>
                 {if rq.live {
                     view! {
