@@ -10,6 +10,7 @@ short of the prompt's end, a step whose output was dropped).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 # Steps kept for the token times of live requests: beyond it, a very long request's earliest
@@ -53,6 +54,19 @@ class RequestRecord:
     candidate_counts: list = field(default_factory=list)
     candidate_ids: list = field(default_factory=list)
     candidate_logprobs: list = field(default_factory=list)
+
+    def close(self, making: list, at_ns: int, texts) -> None:
+        """Once its token ids are in: when it finished (`at_ns`, else when the last step that made a
+        token ended), each token's step and times, and the tokens' and candidates' texts when the
+        exporter has a tokenizer (`texts`)."""
+        if not at_ns:
+            at_ns = making[-1].end_ns if making else time.time_ns()
+        self.finished_ns = max(at_ns, self.arrival_ns)
+        self.time_tokens(making)
+        if texts.available():
+            self.texts = texts.texts(self.token_ids)
+            if self.candidate_ids:
+                self.candidate_texts = texts.texts(self.candidate_ids)
 
     def time_tokens(self, making: list) -> None:
         """Each token gets the step that made it, `making` being those steps in order: one step

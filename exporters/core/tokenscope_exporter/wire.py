@@ -189,7 +189,7 @@ def _read_varint(data: bytes, i: int) -> tuple[int, int]:
 
 
 def request(r) -> bytes:
-    """A `Request` from a finished `recorder.Record`."""
+    """A `Request` from a finished `record.RequestRecord`."""
     out = [
         string(1, r.request_id),
         uint(4, r.arrival_ns),

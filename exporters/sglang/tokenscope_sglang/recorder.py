@@ -131,7 +131,7 @@ class Recorder:
     def aborted(self, req, at_ns: int) -> None:
         """A request left without finishing (aborted while it waited, refused by the queue)."""
         r = self.records.get(req.rid)
-        if r is None or any(req.rid in s.ran for s in self.pending.values()):
+        if r is None or self._in_flight(req.rid):
             return  # a step still running it finishes it
         self._finish(r, self.window.making(r)[: len(req.output_ids)], at_ns, wire.FINISH_ABORT)
 
@@ -235,6 +235,10 @@ class Recorder:
 
     # --- finishing ----------------------------------------------------------------------------
 
+    def _in_flight(self, rid: str) -> bool:
+        """Whether a launched step whose output is not in yet runs the request."""
+        return any(rid in s.ran for s in self.pending.values())
+
     def _maybe_finish(self, r: Record, at_ns: int) -> None:
         """`r`'s request has finished by now, as SGLang holds it; it is done here once the step
         that made its last token has ended. (This thread may run behind the scheduler: the
@@ -251,8 +255,7 @@ class Recorder:
             if not r.first_scheduled_ns:
                 self._finish(r, [], now_ns)
                 continue
-            rid = r.request_id
-            if any(rid in s.ran for s in self.pending.values()):
+            if self._in_flight(r.request_id):
                 continue
             last = self.window.last(r)
             if last is None or iteration_id - last.iteration_id >= SWEEP_EVERY:
@@ -265,19 +268,12 @@ class Recorder:
         req = r.req
         r.token_ids = list(req.output_ids)
         n = len(r.token_ids)
-        if not at_ns:
-            at_ns = making[-1].end_ns if making else time.time_ns()
-        r.finished_ns = max(at_ns, r.arrival_ns)
         reason = req.finished_reason
         r.finish_reason = reason_code or _FINISH.get(type(reason).__name__, wire.FINISH_STOP)
-        r.time_tokens(making)
         self._logprobs(r, req, n)
         if n and type(reason).__name__ == "FINISH_MATCHED_TOKEN":
             r.special = [0] * (n - 1) + [1]  # stopped by EOS or a stop token: the last one
-        if self.texts.available():
-            r.texts = self.texts.texts(r.token_ids)
-            if r.candidate_ids:
-                r.candidate_texts = self.texts.texts(r.candidate_ids)
+        r.close(making, at_ns, self.texts)
         self.requests_out.append(wire.request(r))
 
     @staticmethod

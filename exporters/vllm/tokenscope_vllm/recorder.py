@@ -267,20 +267,12 @@ class Recorder:
             self.logprob_requests -= 1
         r.token_ids = list(req.output_token_ids)
         n = len(r.token_ids)
-        making = self.window.making(r)
-        if not at_ns:
-            at_ns = making[-1].end_ns if making else time.time_ns()
-        r.finished_ns = max(at_ns, r.arrival_ns)
         reason = req.get_finished_reason()
         r.finish_reason = _FINISH.get(int(reason), wire.FINISH_STOP) if reason is not None else wire.FINISH_ABORT
-        r.time_tokens(making)
         if r.logprobs and len(r.logprobs) != n:
             # Logprobs for some tokens only: a column must cover all or none.
             r.logprobs = r.ranks = r.candidate_counts = r.candidate_ids = r.candidate_logprobs = []
         if r.token_ids and r.token_ids[-1] in r.stop_token_ids:
             r.special = [0] * (n - 1) + [1]
-        if self.texts.available():
-            r.texts = self.texts.texts(r.token_ids)
-            if r.candidate_ids:
-                r.candidate_texts = self.texts.texts(r.candidate_ids)
+        r.close(self.window.making(r), at_ns, self.texts)
         self.requests_out.append(wire.request(r))

@@ -451,7 +451,21 @@ mod tests {
             finish_reason: FinishReason::Stop,
             ..gone.clone()
         };
-        assert!(run(&stopped, &[long]).findings.is_empty());
+        assert!(
+            run(&stopped, std::slice::from_ref(&long))
+                .findings
+                .is_empty()
+        );
+        let answered = RequestTrace {
+            first_token_ns: Some(10 * MS),
+            output_tokens: 1,
+            tokens: vec![Token {
+                emitted_ns: Some(10 * MS),
+                ..Token::default()
+            }],
+            ..gone.clone()
+        };
+        assert!(run(&answered, &[long]).findings.is_empty());
     }
 
     #[test]
