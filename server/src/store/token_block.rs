@@ -55,7 +55,7 @@ pub struct VocabRef {
     pub token_id: u32,
 }
 
-#[derive(Default)]
+/// The block's columns while it is built.
 struct Columns {
     chosen_pos: Writer,
     token_id: Vec<u64>,
@@ -78,6 +78,39 @@ struct Columns {
     cand_logprob: Vec<u64>,
     cand_text_state: Writer,
     cand_text: Writer,
+}
+
+impl Columns {
+    /// Sized for `n` tokens and `k` candidates up front: grown from empty, the twenty columns
+    /// reallocated and copied about ten times each per block (2–4 % of native ingest's encode in
+    /// the profile, docs/BENCHMARKS.md 2026-12-02).
+    fn with_capacity(n: usize, k: usize) -> Self {
+        let w = |len: usize| Writer {
+            buf: Vec::with_capacity(len),
+        };
+        Columns {
+            chosen_pos: w(n),
+            token_id: Vec::with_capacity(n),
+            emitted_present: w(n),
+            emitted: Vec::with_capacity(n),
+            scheduled_present: w(n),
+            scheduled: Vec::with_capacity(n),
+            batch_size: w(n),
+            waiting: w(n),
+            iteration: w(2 * n),
+            logprob_src: w(n),
+            logprob: Vec::new(),
+            rank: w(n),
+            special: w(n),
+            text_state: w(n),
+            text: Writer::default(),
+            cand_count: w(n),
+            cand_id: Vec::with_capacity(k),
+            cand_logprob: Vec::with_capacity(k),
+            cand_text_state: w(k),
+            cand_text: Writer::default(),
+        }
+    }
 }
 
 fn put_text(state: &mut Writer, inline: &mut Writer, text: Option<&str>, is_vocab: bool) {
@@ -103,7 +136,8 @@ pub fn encode<'t>(
         (Some(id), Some(text)) => in_vocab(id, text),
         _ => false,
     };
-    let mut c = Columns::default();
+    let candidates = tokens.iter().map(|t| t.candidates.len()).sum();
+    let mut c = Columns::with_capacity(tokens.len(), candidates);
     let mut cand_in_vocab = Vec::new();
     let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
     for t in tokens {
@@ -185,7 +219,9 @@ pub fn encode<'t>(
             );
         }
     }
-    let mut control = Writer::default();
+    let mut control = Writer {
+        buf: Vec::with_capacity(16 * tokens.len() + 2 * candidates),
+    };
     for column in [
         c.chosen_pos,
         c.emitted_present,
@@ -204,7 +240,9 @@ pub fn encode<'t>(
     ] {
         control.section(column);
     }
-    let mut numeric = Writer::default();
+    let mut numeric = Writer {
+        buf: Vec::with_capacity(8 * tokens.len() + 4 * candidates),
+    };
     for column in [
         &c.token_id,
         &c.emitted,

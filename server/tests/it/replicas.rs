@@ -100,6 +100,40 @@ async fn two_replicas_ingesting_the_same_batches_store_each_item_once() {
     );
 }
 
+#[tokio::test]
+async fn a_step_twice_in_one_batch_is_stored_and_rolled_up_once() {
+    let app = spawn_app().await;
+    let requests = [fixtures::request("twice", T0, 20, 0, 1, 1)];
+    let mut its = fixtures::shared_iterations(&requests, 0);
+    let steps = its.len();
+    its.push(its[3].clone());
+    let batch = export(&fixtures::resource("gpu-0"), &requests, &its);
+    let r = app.grpc().await.export(batch).await.unwrap().into_inner();
+    assert_eq!(r.accepted_iterations as usize, steps);
+
+    let mut db = PgConnection::connect(&app.database_url).await.unwrap();
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM iterations")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(stored as usize, steps);
+    let rolled: Vec<(i64, i64, i64)> = sqlx::query_as(
+        "SELECT sum(steps)::bigint, sum(decode_tokens)::bigint, sum(prefill_tokens)::bigint \
+         FROM iteration_rollups GROUP BY resolution_ns",
+    )
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    let raw: (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), sum(decode_tokens)::bigint, sum(prefill_tokens)::bigint FROM iterations",
+    )
+    .fetch_one(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(rolled.len(), 4, "every resolution");
+    assert!(rolled.iter().all(|&r| r == raw), "{rolled:?} vs {raw:?}");
+}
+
 /// Runs the futures concurrently and adds up their results.
 async fn futures_sum<F>(futures: impl Iterator<Item = F>) -> u64
 where

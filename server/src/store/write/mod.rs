@@ -1,17 +1,17 @@
 //! The write path: one transaction per batch, committed before the batch is acknowledged.
 
-use std::collections::{HashMap, HashSet};
+mod iterations;
+
+use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
 use app::analysis::metrics::request_metrics;
-use app::analysis::waterfall::ROLLUP_NS;
 use app::model::{
-    KvTransfer, Nanos, Phase, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams,
-    unhex,
+    KvTransfer, Nanos, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams, unhex,
 };
 
-use super::{Store, batch_block, partitions::day_of, token_block};
+use super::{Store, partitions::day_of, token_block};
 use crate::error::Result;
 use crate::ingest::{ResourceBatch, Stored};
 
@@ -103,6 +103,7 @@ impl Store {
             let mut rows = RequestRows::default();
             let mut unknown = Vec::new();
             for r in requests {
+                vocab.warm(&r.tokens);
                 rows.push(r, |id, text| match vocab.matches(id, text) {
                     Some(same) => same,
                     None => {
@@ -163,8 +164,6 @@ impl Store {
         )
         .execute(&mut *tx)
         .await?;
-        let keys = request_keys(&mut tx, instance_id, batch).await?;
-        let its = IterationRows::new(batch, &keys)?;
         let existing: HashSet<String> = sqlx::query_scalar!(
             "SELECT request_id FROM requests WHERE instance_id = $1 AND request_id = ANY($2)",
             instance_id,
@@ -206,45 +205,7 @@ impl Store {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        // The rollups sum only the rows this statement inserted (RETURNING skips conflicts), so a
-        // resent iteration is never counted twice; the instance lock above orders the upserts.
-        let iterations = sqlx::query_scalar!(
-            r#"WITH inserted AS (
-                   INSERT INTO iterations (instance_id, iteration_id, start_ns, end_ns, running, waiting,
-                       kv_cache_usage, batch_size, prefill_tokens, decode_tokens, batch)
-                   SELECT $1::int, * FROM UNNEST($2::bigint[], $3::bigint[], $4::bigint[], $5::int[], $6::int[],
-                       $7::real[], $8::int[], $9::int[], $10::int[], $11::bytea[])
-                   ON CONFLICT DO NOTHING
-                   RETURNING start_ns, end_ns, prefill_tokens, decode_tokens, batch_size
-               ), rolled AS (
-                   INSERT INTO iteration_rollups AS r (instance_id, resolution_ns, cell_ns, steps, end_ns,
-                       prefill_tokens, decode_tokens, max_batch_size)
-                   SELECT $1::int, res, start_ns / res * res, count(*), max(end_ns), sum(prefill_tokens),
-                       sum(decode_tokens), max(batch_size)
-                   FROM inserted CROSS JOIN UNNEST($12::bigint[]) AS res
-                   GROUP BY res, start_ns / res * res
-                   ON CONFLICT (instance_id, resolution_ns, cell_ns) DO UPDATE SET
-                       steps = r.steps + EXCLUDED.steps, end_ns = GREATEST(r.end_ns, EXCLUDED.end_ns),
-                       prefill_tokens = r.prefill_tokens + EXCLUDED.prefill_tokens,
-                       decode_tokens = r.decode_tokens + EXCLUDED.decode_tokens,
-                       max_batch_size = GREATEST(r.max_batch_size, EXCLUDED.max_batch_size)
-               )
-               SELECT count(*) AS "inserted!" FROM inserted"#,
-            instance_id,
-            &its.iteration_id,
-            &its.start_ns,
-            &its.end_ns,
-            &its.running,
-            &its.waiting,
-            &its.kv_cache_usage,
-            &its.batch_size,
-            &its.prefill_tokens,
-            &its.decode_tokens,
-            &its.batch,
-            &ROLLUP_NS,
-        )
-        .fetch_one(&mut *tx)
-        .await? as u64;
+        let iterations = iterations::insert(&mut tx, instance_id, batch).await?;
         tx.commit().await?;
         Ok(Stored {
             accepted_requests: inserted,
@@ -386,84 +347,4 @@ impl RequestRows {
         filter(&mut self.detail, &keep);
         filter(&mut self.tokens, &keep);
     }
-}
-
-/// Iterations as parallel arrays for `UNNEST`.
-struct IterationRows {
-    iteration_id: Vec<i64>,
-    start_ns: Vec<i64>,
-    end_ns: Vec<i64>,
-    running: Vec<i32>,
-    waiting: Vec<i32>,
-    kv_cache_usage: Vec<f32>,
-    batch_size: Vec<i32>,
-    prefill_tokens: Vec<i32>,
-    decode_tokens: Vec<i32>,
-    batch: Vec<Vec<u8>>,
-}
-
-impl IterationRows {
-    fn new(b: &ResourceBatch, keys: &HashMap<String, i64>) -> Result<Self> {
-        let its = || b.iterations.iter().map(|i| &i.value);
-        let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
-        Ok(Self {
-            iteration_id: its().map(|i| i.iteration_id as i64).collect(),
-            start_ns: its().map(|i| i.start_ns).collect(),
-            end_ns: its().map(|i| i.end_ns).collect(),
-            running: its().map(|i| int(i.running)).collect(),
-            waiting: its().map(|i| int(i.waiting)).collect(),
-            kv_cache_usage: its().map(|i| i.kv_cache_usage).collect(),
-            batch_size: its().map(|i| int(i.batch.len() as u32)).collect(),
-            prefill_tokens: its().map(|i| int(i.tokens_in(Phase::Prefill))).collect(),
-            decode_tokens: its().map(|i| int(i.tokens_in(Phase::Decode))).collect(),
-            batch: its()
-                .map(|i| batch_block::encode(&i.batch, keys))
-                .collect::<Result<_>>()?,
-        })
-    }
-}
-
-/// Keys (`request_keys`) of every request the batch's iterations name, handed out for the new
-/// ones. Runs under the instance's lock, so two writers never race for one id.
-async fn request_keys(
-    tx: &mut sqlx::PgConnection,
-    instance_id: i32,
-    batch: &ResourceBatch,
-) -> Result<HashMap<String, i64>> {
-    // Each id with the start of the first step that names it (its key's partition).
-    let mut seen: HashMap<&str, Nanos> = HashMap::new();
-    for it in batch.iterations.iter().map(|i| &i.value) {
-        for e in &it.batch {
-            let at = seen.entry(e.request_id.as_str()).or_insert(it.start_ns);
-            *at = (*at).min(it.start_ns);
-        }
-    }
-    if seen.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let (names, seen_ns): (Vec<&str>, Vec<Nanos>) = seen.into_iter().unzip();
-    // Data-modifying CTEs share one snapshot: `existing` cannot see what `added` inserts, so each
-    // id comes back exactly once, from one side or the other.
-    let rows = sqlx::query!(
-        r#"WITH wanted AS (SELECT * FROM UNNEST($2::text[], $3::bigint[]) AS w (request_id, seen_ns)),
-           existing AS (
-               SELECT k.key, k.request_id FROM wanted w
-               JOIN request_keys k ON k.instance_id = $1 AND k.request_id = w.request_id
-           ),
-           added AS (
-               INSERT INTO request_keys (instance_id, request_id, seen_ns)
-               SELECT $1, w.request_id, w.seen_ns FROM wanted w
-               WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.request_id = w.request_id)
-               RETURNING key, request_id
-           )
-           SELECT key AS "key!", request_id AS "request_id!" FROM existing
-           UNION ALL
-           SELECT key, request_id FROM added"#,
-        instance_id,
-        &names as &[&str],
-        &seen_ns
-    )
-    .fetch_all(&mut *tx)
-    .await?;
-    Ok(rows.into_iter().map(|r| (r.request_id, r.key)).collect())
 }
