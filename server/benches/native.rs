@@ -85,7 +85,6 @@ fn main() {
             let t3 = Instant::now();
             for r in decoded.batches.iter().flat_map(|b| &b.requests) {
                 let block = vocab.with(MODEL, |v| {
-                    v.warm(&r.value.tokens);
                     token_block::encode(&r.value.tokens, r.value.arrival_ns, |id, text| {
                         v.matches(id, text) == Some(true)
                     })

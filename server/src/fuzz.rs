@@ -177,7 +177,7 @@ mod tests {
         out.push(("import", "native.jsonl".into(), native_line));
         let block = token_block::encode(&r.tokens, r.arrival_ns, |id, _| id % 2 == 0);
         out.push(("token_block", "request".into(), block));
-        let keys = its
+        let keys: std::collections::HashMap<_, _> = its
             .iter()
             .flat_map(|i| &i.batch)
             .enumerate()

@@ -31,7 +31,10 @@ pub struct Stored {
 }
 
 /// Encodes a batch whose request ids all have keys in `keys` (the writer resolved them first).
-pub fn encode(batch: &[BatchEntry], keys: &HashMap<String, i64>) -> Result<Vec<u8>> {
+pub fn encode<S: std::hash::BuildHasher>(
+    batch: &[BatchEntry],
+    keys: &HashMap<String, i64, S>,
+) -> Result<Vec<u8>> {
     let mut w = Writer::default();
     w.u8(V2_KEYS);
     w.varint(batch.len() as u64);

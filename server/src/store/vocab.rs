@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use app::model::Token;
 use sqlx::PgPool;
 
 use crate::error::Result;
@@ -123,26 +122,6 @@ impl Vocab<'_> {
     /// The stored text of a token id, if the vocabulary has it.
     pub fn text(&self, id: u32) -> Option<&str> {
         self.0.and_then(|t| t.get(id))
-    }
-
-    /// Loads the entries of `tokens`' ids (chosen and candidates) into the CPU's cache before
-    /// they are compared. While a block encodes, each comparison sits among much other work, so
-    /// their cache misses come one after another; here they are independent loads the CPU
-    /// overlaps. Measured: docs/BENCHMARKS.md, 2026-12-02.
-    pub fn warm(&self, tokens: &[Token]) {
-        let Some(t) = self.0 else { return };
-        let ids = tokens.iter().flat_map(|k| {
-            k.token_id
-                .into_iter()
-                .chain(k.candidates.iter().filter_map(|c| c.token_id))
-        });
-        let mut sum = 0u32;
-        for id in ids {
-            if let Some(e) = t.dense.get(id as usize) {
-                sum = sum.wrapping_add(e.len);
-            }
-        }
-        std::hint::black_box(sum);
     }
 
     /// Whether `text` is the stored text of `id`: `None` when the vocabulary has no text for it

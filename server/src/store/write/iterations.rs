@@ -2,7 +2,13 @@
 //! and the rollup cells those steps add to. Runs inside the batch's transaction, under the
 //! instance's advisory lock, which is what makes the duplicate check exact.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+/// Maps keyed by request id, looked up once per batch entry (a token's worth of work each, at
+/// small batches): foldhash hashes a 40-byte id several times faster than the standard SipHash,
+/// seeded per process like it (measured: docs/BENCHMARKS.md, 2026-12-02).
+type IdMap<'a, V> = foldhash::HashMap<&'a str, V>;
+type KeyMap = foldhash::HashMap<String, i64>;
 
 use app::analysis::waterfall::ROLLUP_NS;
 use app::model::{Iteration, Nanos, Phase};
@@ -87,25 +93,32 @@ pub(super) async fn insert(
     Ok(new.len() as u64)
 }
 
-/// The (start, id) keys of `offered` steps the instance already has. Probes the
-/// (instance, iteration id) index once per offered id: a range of start times would be cheaper
-/// for a stream of new steps, but reads every stored step in it, and the steps of one export can
-/// span minutes (measured: 7.9 ms against 2.6 ms for 1,024 steps, docs/BENCHMARKS.md).
+/// The (start, id) keys of `offered` steps the instance already has: one probe of the primary
+/// key per step. A range of start times would be one scan, but reads every stored step in it,
+/// and the steps of one export can span minutes of other exports' steps (measured: 7.9 ms against
+/// 3 ms for 1,024 steps, docs/BENCHMARKS.md). `LATERAL … LIMIT 1` keeps the plan a loop of probes
+/// whatever the planner guesses of the arrays' size.
 async fn stored_steps(
     tx: &mut sqlx::PgConnection,
     instance_id: i32,
     offered: &[&Iteration],
 ) -> Result<HashSet<(Nanos, i64)>> {
+    let starts: Vec<Nanos> = offered.iter().map(|i| i.start_ns).collect();
     let ids: Vec<i64> = offered.iter().map(|i| i.iteration_id as i64).collect();
     let rows = sqlx::query!(
-        "SELECT start_ns, iteration_id FROM iterations WHERE instance_id = $1 AND iteration_id = ANY($2)",
+        r#"SELECT w.start_ns AS "start_ns!", w.iteration_id AS "iteration_id!"
+           FROM UNNEST($2::bigint[], $3::bigint[]) AS w (start_ns, iteration_id)
+           CROSS JOIN LATERAL (
+               SELECT 1 FROM iterations i
+               WHERE i.instance_id = $1 AND i.start_ns = w.start_ns AND i.iteration_id = w.iteration_id
+               LIMIT 1
+           ) AS stored"#,
         instance_id,
+        &starts,
         &ids
     )
     .fetch_all(&mut *tx)
     .await?;
-    // An id may also be stored at another start (an engine restarted, counting from 0 again):
-    // that is another step, and the caller compares both.
     Ok(rows
         .into_iter()
         .map(|r| (r.start_ns, r.iteration_id))
@@ -127,7 +140,7 @@ struct IterationRows {
 }
 
 impl IterationRows {
-    fn new(its: &[&Iteration], keys: &HashMap<String, i64>) -> Result<Self> {
+    fn new(its: &[&Iteration], keys: &KeyMap) -> Result<Self> {
         let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         Ok(Self {
             iteration_id: its.iter().map(|i| i.iteration_id as i64).collect(),
@@ -218,9 +231,9 @@ async fn request_keys(
     tx: &mut sqlx::PgConnection,
     instance_id: i32,
     its: &[&Iteration],
-) -> Result<HashMap<String, i64>> {
+) -> Result<KeyMap> {
     // Each id with the start of the first step that names it (its key's partition).
-    let mut seen: HashMap<&str, Nanos> = HashMap::new();
+    let mut seen: IdMap<Nanos> = IdMap::default();
     for it in its {
         for e in &it.batch {
             let at = seen.entry(e.request_id.as_str()).or_insert(it.start_ns);
@@ -228,7 +241,7 @@ async fn request_keys(
         }
     }
     if seen.is_empty() {
-        return Ok(HashMap::new());
+        return Ok(KeyMap::default());
     }
     let (names, seen_ns): (Vec<&str>, Vec<Nanos>) = seen.into_iter().unzip();
     // Data-modifying CTEs share one snapshot: `existing` cannot see what `added` inserts, so each

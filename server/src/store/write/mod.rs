@@ -103,7 +103,6 @@ impl Store {
             let mut rows = RequestRows::default();
             let mut unknown = Vec::new();
             for r in requests {
-                vocab.warm(&r.tokens);
                 rows.push(r, |id, text| match vocab.matches(id, text) {
                     Some(same) => same,
                     None => {
