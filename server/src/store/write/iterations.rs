@@ -4,18 +4,18 @@
 
 use std::collections::HashSet;
 
+use app::analysis::waterfall::ROLLUP_NS;
+use app::model::{Iteration, Nanos, Phase};
+
+use crate::error::Result;
+use crate::ingest::ResourceBatch;
+use crate::store::batch_block;
+
 /// Maps keyed by request id, looked up once per batch entry (a token's worth of work each, at
 /// small batches): foldhash hashes a 40-byte id several times faster than the standard SipHash,
 /// seeded per process like it (measured: docs/BENCHMARKS.md, 2026-12-02).
 type IdMap<'a, V> = foldhash::HashMap<&'a str, V>;
 type KeyMap = foldhash::HashMap<String, i64>;
-
-use app::analysis::waterfall::ROLLUP_NS;
-use app::model::{Iteration, Nanos, Phase};
-
-use super::super::batch_block;
-use crate::error::Result;
-use crate::ingest::ResourceBatch;
 
 /// Stores the batch's iterations that the instance does not have yet and adds them to the
 /// rollups; returns how many were new.
@@ -49,6 +49,17 @@ pub(super) async fn insert(
     }
     let keys = request_keys(tx, instance_id, &new).await?;
     let rows = IterationRows::new(&new, &keys)?;
+    insert_rows(tx, instance_id, &rows).await?;
+    add_to_rollups(tx, instance_id, &Cells::of(&rows)).await?;
+    Ok(new.len() as u64)
+}
+
+/// The new steps, with a plain `INSERT`: none of them is stored (checked under the lock).
+async fn insert_rows(
+    tx: &mut sqlx::PgConnection,
+    instance_id: i32,
+    rows: &IterationRows,
+) -> Result<()> {
     sqlx::query!(
         r#"INSERT INTO iterations (instance_id, iteration_id, start_ns, end_ns, running, waiting,
                kv_cache_usage, batch_size, prefill_tokens, decode_tokens, batch)
@@ -68,7 +79,15 @@ pub(super) async fn insert(
     )
     .execute(&mut *tx)
     .await?;
-    let cells = Cells::of(&rows);
+    Ok(())
+}
+
+/// Adds the new steps' sums to their cells; a cell another batch started is added to.
+async fn add_to_rollups(
+    tx: &mut sqlx::PgConnection,
+    instance_id: i32,
+    cells: &Cells,
+) -> Result<()> {
     sqlx::query!(
         r#"INSERT INTO iteration_rollups AS r (instance_id, resolution_ns, cell_ns, steps, end_ns,
                prefill_tokens, decode_tokens, max_batch_size)
@@ -90,7 +109,7 @@ pub(super) async fn insert(
     )
     .execute(&mut *tx)
     .await?;
-    Ok(new.len() as u64)
+    Ok(())
 }
 
 /// The (start, id) keys of `offered` steps the instance already has: one probe of the primary
