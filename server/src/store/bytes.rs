@@ -17,6 +17,13 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// A writer with room for `bytes` before it reallocates (for columns whose size is known).
+    pub fn with_capacity(bytes: usize) -> Self {
+        Writer {
+            buf: Vec::with_capacity(bytes),
+        }
+    }
+
     pub fn u8(&mut self, v: u8) {
         self.buf.push(v);
     }

@@ -85,9 +85,7 @@ impl Columns {
     /// reallocated and copied about ten times each per block (2–4 % of native ingest's encode in
     /// the profile, docs/BENCHMARKS.md 2026-12-02).
     fn with_capacity(n: usize, k: usize) -> Self {
-        let w = |len: usize| Writer {
-            buf: Vec::with_capacity(len),
-        };
+        let w = Writer::with_capacity;
         Columns {
             chosen_pos: w(n),
             token_id: Vec::with_capacity(n),
@@ -219,9 +217,7 @@ pub fn encode<'t>(
             );
         }
     }
-    let mut control = Writer {
-        buf: Vec::with_capacity(16 * tokens.len() + 2 * candidates),
-    };
+    let mut control = Writer::with_capacity(16 * tokens.len() + 2 * candidates);
     for column in [
         c.chosen_pos,
         c.emitted_present,
@@ -240,9 +236,7 @@ pub fn encode<'t>(
     ] {
         control.section(column);
     }
-    let mut numeric = Writer {
-        buf: Vec::with_capacity(8 * tokens.len() + 4 * candidates),
-    };
+    let mut numeric = Writer::with_capacity(8 * tokens.len() + 4 * candidates);
     for column in [
         &c.token_id,
         &c.emitted,
