@@ -3,6 +3,7 @@
 pub mod batch_block;
 mod bytes;
 mod compare;
+mod copy;
 mod diagnosis;
 mod incidents;
 mod latency;
