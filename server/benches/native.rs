@@ -1,5 +1,6 @@
 //! Native ingest without the database, per core: exports of 32 requests × 512 tokens with top-5
-//! candidates (texts and ids) and their iterations. Times protobuf decode (from one slice, as
+//! candidates (texts and ids) and their iterations, then the same in the `SERVING` shape (64 ×
+//! 256 tokens, Zipf-distributed ids). Times protobuf decode (from one slice, as
 //! the server's codec reads it, and through a buffer view like tonic's default codec hands
 //! over), the mapping to the model (validation included), and the token-block encoding against
 //! a warm vocabulary, on one thread. Prints figures; asserts nothing. `cargo bench -p tokenscope
@@ -17,7 +18,7 @@ use std::time::Instant;
 use prost::Message;
 use prost::bytes::{Buf, BytesMut};
 
-use native_exports::{REQUESTS_PER_BATCH, TOKENS_PER_REQUEST, TOP_K, export};
+use native_exports::{BENCH, SERVING, Shape, TOP_K, shaped};
 use tokenscope::ingest::native;
 use tokenscope::proto::v1;
 use tokenscope::store::{token_block, vocab::VocabCache};
@@ -50,8 +51,15 @@ impl Buf for View<'_> {
 }
 
 fn main() {
-    let wire: Vec<Vec<u8>> = (0..EXPORTS).map(|b| export(b).encode_to_vec()).collect();
-    let tokens = EXPORTS * REQUESTS_PER_BATCH * TOKENS_PER_REQUEST;
+    measure(&BENCH);
+    measure(&SERVING);
+}
+
+fn measure(shape: &Shape) {
+    let wire: Vec<Vec<u8>> = (0..EXPORTS)
+        .map(|b| shaped(b, shape).encode_to_vec())
+        .collect();
+    let tokens = EXPORTS * shape.requests * shape.tokens;
     // A warm vocabulary: every text the exports send, as a server that has run a while has it.
     let vocab = VocabCache::default();
     for w in &wire {
@@ -106,7 +114,10 @@ fn main() {
     let total = decode + map + encode;
     let rate = |s: f64| tokens as f64 / s / 1e3;
     println!(
-        "native (no database): {EXPORTS} exports × {REQUESTS_PER_BATCH} requests × {TOKENS_PER_REQUEST} tokens, top-{TOP_K} with texts, {:.1} bytes a token on the wire, one thread",
+        "native (no database), {} shape: {EXPORTS} exports × {} requests × {} tokens, top-{TOP_K} with texts, {:.1} bytes a token on the wire, one thread",
+        shape.name,
+        shape.requests,
+        shape.tokens,
         wire.iter().map(Vec::len).sum::<usize>() as f64 / tokens as f64
     );
     println!(

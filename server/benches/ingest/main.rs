@@ -133,6 +133,9 @@ async fn end_to_end() {
         cold.print("native gRPC, vocabulary cold", limit);
         warm.print("native gRPC", limit);
         storage = Some(native::storage(&app, cold.tokens + warm.tokens).await);
+        native::run_serving(&app)
+            .await
+            .print("native, batch 64, Zipf ids", limit);
     }
     if wants("otlp") {
         let app = common::spawn_app().await;

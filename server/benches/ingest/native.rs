@@ -1,5 +1,6 @@
 //! Native gRPC ingest: 120 exports of 32 requests × 512 tokens with top-5 candidates (texts and
-//! ids), every 16 requests sharing one iteration record per step, over four instances.
+//! ids), every 16 requests sharing one iteration record per step, over four instances; then as
+//! many tokens in the `SERVING` shape (decode batches of 64, Zipf-distributed ids).
 
 use prost::Message;
 use tonic::codegen::Bytes;
@@ -9,7 +10,7 @@ use tokenscope::sim::encoded;
 
 use super::common::TestApp;
 use super::drive::drive;
-use super::native_exports::{GROUP, REQUESTS_PER_BATCH, TOKENS_PER_REQUEST, TOP_K, export};
+use super::native_exports::{BENCH, GROUP, SERVING, Shape, TOKENS_PER_REQUEST, TOP_K, shaped};
 use super::{CONCURRENCY, Run, connect, relation_bytes};
 
 const BATCHES: usize = 120;
@@ -21,8 +22,8 @@ const WARMUP: usize = 8;
 /// `BATCHES` more (warm, the steady state of a server that has run a while).
 pub async fn run(app: &TestApp) -> (Run, Run) {
     let url = format!("http://{}", app.running.grpc_addr);
-    let cold = send(&url, 0..WARMUP).await;
-    let warm = send(&url, WARMUP..WARMUP + BATCHES).await;
+    let cold = send(&url, 0..WARMUP, &BENCH).await;
+    let warm = send(&url, WARMUP..WARMUP + BATCHES, &BENCH).await;
     let (_, stored) = app.running.store.token_storage().await.unwrap();
     assert_eq!(
         stored as usize,
@@ -32,10 +33,16 @@ pub async fn run(app: &TestApp) -> (Run, Run) {
     (cold, warm)
 }
 
-async fn send(url: &str, batches: std::ops::Range<usize>) -> Run {
-    let tokens = batches.len() * REQUESTS_PER_BATCH * TOKENS_PER_REQUEST;
+/// `BATCHES` exports in the `SERVING` shape, to a server whose vocabulary is warm (after `run`).
+pub async fn run_serving(app: &TestApp) -> Run {
+    let url = format!("http://{}", app.running.grpc_addr);
+    send(&url, 0..BATCHES, &SERVING).await
+}
+
+async fn send(url: &str, batches: std::ops::Range<usize>, shape: &'static Shape) -> Run {
+    let tokens = batches.len() * shape.requests * shape.tokens;
     let bodies: Vec<Bytes> = batches
-        .map(|b| Bytes::from(export(b).encode_to_vec()))
+        .map(|b| Bytes::from(shaped(b, shape).encode_to_vec()))
         .collect();
     drive(
         tokens,
@@ -46,9 +53,9 @@ async fn send(url: &str, batches: std::ops::Range<usize>) -> Run {
                 .unwrap()
                 .connect_lazy()
         },
-        |channel, body| async move {
+        move |channel, body| async move {
             let reply = encoded::export(channel.clone(), body).await.unwrap();
-            assert_eq!(reply.accepted_requests as usize, REQUESTS_PER_BATCH);
+            assert_eq!(reply.accepted_requests as usize, shape.requests);
             channel
         },
     )

@@ -1,5 +1,6 @@
 //! Native exports for the benches: 32 requests × 512 tokens with top-5 candidates (texts and
-//! ids), every 16 requests sharing one iteration record per step, over four instances.
+//! ids), every 16 requests sharing one iteration record per step, over four instances. A second
+//! shape, [`SERVING`], is closer to a busy engine: decode batches of 64 and Zipf-distributed ids.
 
 use tokenscope::fixtures;
 use tokenscope::ingest::native::to_wire;
@@ -14,34 +15,76 @@ pub const INSTANCES: usize = 4;
 pub const GROUP: usize = 16;
 const T0: i64 = 1_796_022_000_000_000_000;
 
+/// How a run's exports are made.
+pub struct Shape {
+    pub name: &'static str,
+    pub requests: usize,
+    pub tokens: usize,
+    /// Requests decoded together, sharing one iteration record per step.
+    pub group: usize,
+    /// Token ids drawn Zipf-distributed (as words in text are) rather than uniform over the
+    /// vocabulary, which makes nearly every vocabulary lookup a cache miss.
+    pub zipf: bool,
+}
+
+/// The shape every figure in docs/BENCHMARKS.md since 2026-11-30 was measured with: pessimistic
+/// on purpose (small batches: a step per 16 tokens; uniform ids).
+pub const BENCH: Shape = Shape {
+    name: "bench",
+    requests: REQUESTS_PER_BATCH,
+    tokens: TOKENS_PER_REQUEST,
+    group: GROUP,
+    zipf: false,
+};
+
+/// The same tokens per export as a busier engine makes them: 64 requests × 256 tokens decoded
+/// in one batch, ids Zipf-distributed.
+pub const SERVING: Shape = Shape {
+    name: "serving",
+    requests: 64,
+    tokens: 256,
+    group: 64,
+    zipf: true,
+};
+
 /// Export number `b`: its requests' ids and times follow on from export `b - 1`'s.
-pub fn export(b: usize) -> v1::ExportRequest {
-    let requests: Vec<_> = (0..REQUESTS_PER_BATCH)
+pub fn shaped(b: usize, shape: &Shape) -> v1::ExportRequest {
+    let requests: Vec<_> = (0..shape.requests)
         .map(|i| {
-            let n = b * REQUESTS_PER_BATCH + i;
+            let n = b * shape.requests + i;
             let arrival = T0 + n as i64 * 37_000_000;
-            let first_iteration = (n / GROUP) as u64 * 1000;
+            let first_iteration = (n / shape.group) as u64 * 1000;
             // Shaped like vLLM's ids ("cmpl-" + 32 hex digits + "-0"): their length is what
             // iteration batches would pay for every member of every step.
             let id = format!(
                 "cmpl-{:032x}-0",
                 (n as u128 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
             );
-            fixtures::request(
-                &id,
-                arrival,
-                TOKENS_PER_REQUEST,
-                TOP_K,
-                first_iteration,
-                n as u64,
-            )
+            let mut r =
+                fixtures::request(&id, arrival, shape.tokens, TOP_K, first_iteration, n as u64);
+            if shape.zipf {
+                for t in &mut r.tokens {
+                    let texts = std::iter::once((&mut t.token_id, &mut t.text));
+                    let cands = t
+                        .candidates
+                        .iter_mut()
+                        .map(|c| (&mut c.token_id, &mut c.text));
+                    for (id, text) in texts.chain(cands) {
+                        if let Some(id) = id.as_mut().filter(|id| **id != fixtures::EOS_ID) {
+                            *id = zipf(*id);
+                            *text = Some(fixtures::token_text(*id));
+                        }
+                    }
+                }
+            }
+            r
         })
         .collect();
     let iterations: Vec<_> = requests
-        .chunks(GROUP)
+        .chunks(shape.group)
         .flat_map(|g| fixtures::shared_iterations(g, 2))
         .collect();
-    let instance = format!("bench-gpu-{}", b % INSTANCES);
+    let instance = format!("{}-gpu-{}", shape.name, b % INSTANCES);
     v1::ExportRequest {
         resource_traces: vec![to_wire(
             &fixtures::resource(&instance),
@@ -49,4 +92,15 @@ pub fn export(b: usize) -> v1::ExportRequest {
             &iterations,
         )],
     }
+}
+
+/// Maps an id drawn uniformly from the fixture vocabulary (128,000 ids) to a Zipf-distributed
+/// one (exponent 1: rank r drawn with probability ∝ 1/r), the ranks spread over the id space
+/// as a tokenizer spreads its frequent words.
+fn zipf(uniform: u32) -> u32 {
+    const V: f64 = 128_000.0;
+    let u = (f64::from(uniform) + 0.5) / V;
+    let rank = (V.powf(u) as u64).clamp(1, 128_000) - 1;
+    // 40,503 is coprime to 128,000, so this permutes the ids.
+    (rank * 40_503 % 128_000) as u32
 }
