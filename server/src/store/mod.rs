@@ -3,7 +3,6 @@
 pub mod batch_block;
 mod bytes;
 mod compare;
-mod copy;
 mod diagnosis;
 mod incidents;
 mod latency;

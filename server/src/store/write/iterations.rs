@@ -10,7 +10,6 @@ use app::model::{Iteration, Nanos, Phase};
 use crate::error::Result;
 use crate::ingest::ResourceBatch;
 use crate::store::batch_block;
-use crate::store::copy::CopyRows;
 
 /// Maps keyed by request id, looked up once per batch entry (a token's worth of work each, at
 /// small batches): foldhash hashes a 40-byte id several times faster than the standard SipHash,
@@ -21,10 +20,10 @@ type KeyMap = foldhash::HashMap<String, i64>;
 /// Stores the batch's iterations that the instance does not have yet and adds them to the
 /// rollups; returns how many were new.
 ///
-/// The check for stored ones runs before a plain `COPY` rather than as `ON CONFLICT DO
+/// The check for stored ones runs before a plain `INSERT` rather than as `ON CONFLICT DO
 /// NOTHING … RETURNING` feeding the rollups in SQL: with every writer of the instance holding
 /// its lock, the check is exact, and the two together cost Postgres about 40 % less per step
-/// (docs/BENCHMARKS.md, 2026-12-02); `COPY` rather than `INSERT` saves a fifth more.
+/// (docs/BENCHMARKS.md, 2026-12-02).
 pub(super) async fn insert(
     tx: &mut sqlx::PgConnection,
     instance_id: i32,
@@ -55,34 +54,30 @@ pub(super) async fn insert(
     Ok(new.len() as u64)
 }
 
-/// The new steps, with a binary `COPY`: none of them is stored (checked under the lock).
+/// The new steps, with a plain `INSERT`: none of them is stored (checked under the lock).
 async fn insert_rows(
     tx: &mut sqlx::PgConnection,
     instance_id: i32,
     rows: &IterationRows,
 ) -> Result<()> {
-    let batch_bytes: usize = rows.batch.iter().map(Vec::len).sum();
-    let mut copy = CopyRows::with_capacity(rows.start_ns.len() * 90 + batch_bytes);
-    for k in 0..rows.start_ns.len() {
-        copy.row(11)
-            .int4(instance_id)
-            .int8(rows.iteration_id[k])
-            .int8(rows.start_ns[k])
-            .int8(rows.end_ns[k])
-            .int4(rows.running[k])
-            .int4(rows.waiting[k])
-            .float4(rows.kv_cache_usage[k])
-            .int4(rows.batch_size[k])
-            .int4(rows.prefill_tokens[k])
-            .int4(rows.decode_tokens[k])
-            .bytes(&rows.batch[k]);
-    }
-    copy.send(
-        tx,
-        "COPY iterations (instance_id, iteration_id, start_ns, end_ns, running, waiting,
-             kv_cache_usage, batch_size, prefill_tokens, decode_tokens, batch)
-         FROM STDIN (FORMAT binary)",
+    sqlx::query!(
+        r#"INSERT INTO iterations (instance_id, iteration_id, start_ns, end_ns, running, waiting,
+               kv_cache_usage, batch_size, prefill_tokens, decode_tokens, batch)
+           SELECT $1::int, * FROM UNNEST($2::bigint[], $3::bigint[], $4::bigint[], $5::int[], $6::int[],
+               $7::real[], $8::int[], $9::int[], $10::int[], $11::bytea[])"#,
+        instance_id,
+        &rows.iteration_id,
+        &rows.start_ns,
+        &rows.end_ns,
+        &rows.running,
+        &rows.waiting,
+        &rows.kv_cache_usage,
+        &rows.batch_size,
+        &rows.prefill_tokens,
+        &rows.decode_tokens,
+        &rows.batch,
     )
+    .execute(&mut *tx)
     .await?;
     Ok(())
 }
@@ -149,7 +144,7 @@ async fn stored_steps(
         .collect())
 }
 
-/// The new iterations' columns.
+/// Iterations as parallel arrays for `UNNEST`.
 struct IterationRows {
     iteration_id: Vec<i64>,
     start_ns: Vec<i64>,

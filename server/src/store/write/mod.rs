@@ -11,7 +11,7 @@ use app::model::{
     KvTransfer, Nanos, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams, unhex,
 };
 
-use super::{Store, copy::CopyRows, partitions::day_of, token_block};
+use super::{Store, partitions::day_of, token_block};
 use crate::error::Result;
 use crate::ingest::{ResourceBatch, Stored};
 
@@ -175,10 +175,35 @@ impl Store {
         let offered = rows.request_id.len() as u64;
         rows.retain_new(&existing);
         let tokens: i64 = rows.output_tokens.iter().map(|&n| i64::from(n)).sum();
-        let inserted = rows
-            .copy(instance_id, model_id)
-            .send(&mut tx, INSERT_REQUESTS)
-            .await?;
+        let inserted = sqlx::query!(
+            r#"INSERT INTO requests (instance_id, model_id, request_id, arrival_ns, finished_ns, ttft_ns, tpot_ns,
+                   e2e_ns, queue_ns, prompt_tokens, output_tokens, cached_tokens, finish_reason, trace_id,
+                   parent_span_id, detail, tokens)
+               SELECT $1::int, $2::int, * FROM UNNEST($3::text[], $4::bigint[], $5::bigint[], $6::bigint[],
+                   $7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::int[], $12::int[], $13::text[],
+                   $14::bytea[], $15::bytea[], $16::jsonb[], $17::bytea[])
+               ON CONFLICT DO NOTHING"#,
+            instance_id,
+            model_id,
+            &rows.request_id,
+            &rows.arrival_ns,
+            &rows.finished_ns,
+            &rows.ttft_ns as &[Option<i64>],
+            &rows.tpot_ns as &[Option<i64>],
+            &rows.e2e_ns,
+            &rows.queue_ns as &[Option<i64>],
+            &rows.prompt_tokens,
+            &rows.output_tokens,
+            &rows.cached_tokens,
+            &rows.finish_reason,
+            &rows.trace_id as &[Option<Vec<u8>>],
+            &rows.parent_span_id as &[Option<Vec<u8>>],
+            &rows.detail,
+            &rows.tokens as &[Option<Vec<u8>>],
+        )
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         let iterations = iterations::insert(&mut tx, instance_id, batch).await?;
         tx.commit().await?;
         Ok(Stored {
@@ -237,13 +262,7 @@ fn seen_range(batch: &ResourceBatch) -> (Nanos, Nanos) {
         })
 }
 
-/// The new requests, none of them stored yet (checked under the instance's lock).
-const INSERT_REQUESTS: &str = "COPY requests (instance_id, model_id, request_id, arrival_ns,
-        finished_ns, ttft_ns, tpot_ns, e2e_ns, queue_ns, prompt_tokens, output_tokens, cached_tokens,
-        finish_reason, trace_id, parent_span_id, detail, tokens)
-    FROM STDIN (FORMAT binary)";
-
-/// A batch's requests as columns, encoded outside the transaction.
+/// Requests as parallel arrays, the shape `UNNEST` inserts in one statement.
 #[derive(Default)]
 struct RequestRows {
     request_id: Vec<String>,
@@ -259,8 +278,7 @@ struct RequestRows {
     finish_reason: Vec<String>,
     trace_id: Vec<Option<Vec<u8>>>,
     parent_span_id: Vec<Option<Vec<u8>>>,
-    /// JSON text.
-    detail: Vec<Vec<u8>>,
+    detail: Vec<serde_json::Value>,
     tokens: Vec<Option<Vec<u8>>>,
 }
 
@@ -294,7 +312,7 @@ impl RequestRows {
         self.parent_span_id
             .push(r.parent_span_id.as_deref().and_then(unhex));
         self.detail
-            .push(serde_json::to_vec(&detail).expect("Detail serializes to JSON"));
+            .push(serde_json::to_value(detail).expect("Detail serializes to JSON"));
         self.tokens.push(
             (!r.tokens.is_empty()).then(|| token_block::encode(&r.tokens, r.arrival_ns, in_vocab)),
         );
@@ -327,32 +345,5 @@ impl RequestRows {
         filter(&mut self.parent_span_id, &keep);
         filter(&mut self.detail, &keep);
         filter(&mut self.tokens, &keep);
-    }
-
-    /// The rows as the body of [`INSERT_REQUESTS`].
-    fn copy(&self, instance_id: i32, model_id: i32) -> CopyRows {
-        let token_bytes: usize = self.tokens.iter().flatten().map(Vec::len).sum();
-        let mut copy = CopyRows::with_capacity(self.request_id.len() * 400 + token_bytes);
-        for k in 0..self.request_id.len() {
-            copy.row(17)
-                .int4(instance_id)
-                .int4(model_id)
-                .bytes(self.request_id[k].as_bytes())
-                .int8(self.arrival_ns[k])
-                .int8(self.finished_ns[k])
-                .opt_int8(self.ttft_ns[k])
-                .opt_int8(self.tpot_ns[k])
-                .int8(self.e2e_ns[k])
-                .opt_int8(self.queue_ns[k])
-                .int4(self.prompt_tokens[k])
-                .int4(self.output_tokens[k])
-                .int4(self.cached_tokens[k])
-                .bytes(self.finish_reason[k].as_bytes())
-                .opt_bytes(self.trace_id[k].as_deref())
-                .opt_bytes(self.parent_span_id[k].as_deref())
-                .jsonb(&self.detail[k])
-                .opt_bytes(self.tokens[k].as_deref());
-        }
-        copy
     }
 }
