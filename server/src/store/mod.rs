@@ -26,6 +26,11 @@ pub use partitions::DAY_NS;
 pub use read::{ORDER_KEYS, Order, RequestFilter, split_list};
 pub use waterfall::Rows;
 
+/// Key spaces of our advisory locks (so they cannot collide with another application's): writers
+/// of one instance's requests and steps, and of one model's vocabulary.
+const INSTANCE_LOCKS: i32 = 0x7453;
+const VOCAB_LOCKS: i32 = 0x7454;
+
 /// Requests are assumed to last less than this when looking back for ones that overlap a window
 /// (their rows are found by arrival time, which partitions the table).
 const REQUEST_LOOKBACK_NS: Nanos = 3600 * 1_000_000_000;

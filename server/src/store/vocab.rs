@@ -138,6 +138,12 @@ impl VocabCache {
     /// batch was encoded) and caches what the table then holds: the first text sent for an id
     /// wins, another writer's included. Texts with NUL bytes cannot be Postgres `text`; they stay
     /// out (and are stored inline). Returns whether the cache learned any text.
+    ///
+    /// Writers of one model's vocabulary take its advisory lock, so the ids found stored under it
+    /// are exactly those another writer has, and the rest go in with a plain `INSERT`. A new
+    /// model's first batches bring thousands of ids each; `ON CONFLICT DO NOTHING` and a read
+    /// back afterwards cost Postgres about three times as much per id (docs/BENCHMARKS.md,
+    /// 2026-12-02 morning).
     pub async fn store<'a>(
         &self,
         pool: &PgPool,
@@ -154,22 +160,42 @@ impl VocabCache {
             return Ok(false);
         }
         // Ids are stored as int4; vocabularies are far below 2^31, and the cast round-trips anyway.
-        // Sorted, so concurrent writers lock the unique-index entries in the same order and
-        // cannot deadlock on overlapping ids.
-        let mut rows: Vec<(i32, &str)> = missing.iter().map(|(&id, &t)| (id as i32, t)).collect();
-        rows.sort_unstable();
-        let (ids, texts): (Vec<i32>, Vec<&str>) = rows.into_iter().unzip();
+        let ids: Vec<i32> = missing.keys().map(|&id| id as i32).collect();
+        let mut tx = pool.begin().await?;
         sqlx::query!(
-            "INSERT INTO vocab (model_id, token_id, text) SELECT $1::int, * FROM UNNEST($2::int[], $3::text[])
-             ON CONFLICT DO NOTHING",
-            model_id,
-            &ids,
-            &texts as &[&str]
+            "SELECT pg_advisory_xact_lock($1, $2)",
+            super::VOCAB_LOCKS,
+            model_id
         )
-        .execute(pool)
+        .execute(&mut *tx)
         .await?;
-        // Read back: another writer may have stored a different text for an id first.
-        self.fetch(pool, model_id, ids).await?;
+        let stored = sqlx::query!(
+            "SELECT token_id, text FROM vocab WHERE model_id = $1 AND token_id = ANY($2)",
+            model_id,
+            &ids
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in &stored {
+            missing.remove(&(row.token_id as u32));
+        }
+        let (new_ids, new_texts): (Vec<i32>, Vec<&str>) =
+            missing.iter().map(|(&id, &t)| (id as i32, t)).unzip();
+        if !new_ids.is_empty() {
+            sqlx::query!(
+                "INSERT INTO vocab (model_id, token_id, text) SELECT $1::int, * FROM UNNEST($2::int[], $3::text[])",
+                model_id,
+                &new_ids,
+                &new_texts as &[&str]
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        let stored = stored
+            .iter()
+            .map(|row| (row.token_id as u32, row.text.as_str()));
+        self.remember(model_id, stored.chain(missing));
         Ok(true)
     }
 

@@ -134,6 +134,55 @@ async fn a_step_twice_in_one_batch_is_stored_and_rolled_up_once() {
     assert!(rolled.iter().all(|&r| r == raw), "{rolled:?} vs {raw:?}");
 }
 
+#[tokio::test]
+async fn a_token_another_replica_stored_first_with_another_text_keeps_its_own_text() {
+    let a = spawn_app().await;
+    let b = spawn_on(a.database_url.clone(), |_| {}).await;
+    // The same model on two instances; b's engine decodes every token differently from a's.
+    let first = fixtures::request("first", T0, 40, 3, 1, 7);
+    let mut second = fixtures::request("second", T0 + 1_000_000, 40, 3, 1, 7);
+    for t in &mut second.tokens {
+        let texts =
+            std::iter::once(&mut t.text).chain(t.candidates.iter_mut().map(|c| &mut c.text));
+        for text in texts.flatten() {
+            text.insert(0, '~');
+        }
+    }
+    for (app, instance, r) in [(&a, "gpu-a", &first), (&b, "gpu-b", &second)] {
+        let batch = export(&fixtures::resource(instance), std::slice::from_ref(r), &[]);
+        let reply = app.grpc().await.export(batch).await.unwrap().into_inner();
+        assert_eq!(reply.accepted_requests, 1);
+    }
+
+    let mut db = PgConnection::connect(&a.database_url).await.unwrap();
+    let tilde: i64 = sqlx::query_scalar("SELECT count(*) FROM vocab WHERE text LIKE '~%'")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(tilde, 0, "the vocabulary keeps the first replica's texts");
+    for (app, sent) in [(&a, &first), (&b, &second), (&a, &second), (&b, &first)] {
+        let detail: app::api::RequestDetail = serde_json::from_value(
+            app.get_json(&format!("/api/v1/requests/{}", sent.request_id))
+                .await,
+        )
+        .unwrap();
+        let got: Vec<_> = detail.tokens.iter().map(|t| t.text.clone()).collect();
+        let want: Vec<_> = sent.tokens.iter().map(|t| t.text.clone()).collect();
+        assert_eq!(got, want, "{}: its own token texts", sent.request_id);
+        let got: Vec<_> = detail
+            .tokens
+            .iter()
+            .flat_map(|t| t.candidates.iter().map(|c| c.text.clone()))
+            .collect();
+        let want: Vec<_> = sent
+            .tokens
+            .iter()
+            .flat_map(|t| t.candidates.iter().map(|c| c.text.clone()))
+            .collect();
+        assert_eq!(got, want, "{}: its own candidate texts", sent.request_id);
+    }
+}
+
 /// Runs the futures concurrently and adds up their results.
 async fn futures_sum<F>(futures: impl Iterator<Item = F>) -> u64
 where

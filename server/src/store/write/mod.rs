@@ -15,9 +15,6 @@ use super::{Store, partitions::day_of, token_block};
 use crate::error::Result;
 use crate::ingest::{ResourceBatch, Stored};
 
-/// Key space of our advisory locks (so they cannot collide with another application's).
-const LOCK_SPACE: i32 = 0x7453;
-
 /// The small, rarely filtered parts of a request, kept as JSON in `requests.detail`.
 #[derive(Serialize, Deserialize)]
 pub(super) struct Detail {
@@ -158,7 +155,7 @@ impl Store {
         // Serialises writers of one instance, so the duplicate check below cannot race.
         sqlx::query!(
             "SELECT pg_advisory_xact_lock($1, $2)",
-            LOCK_SPACE,
+            super::INSTANCE_LOCKS,
             instance_id
         )
         .execute(&mut *tx)
