@@ -169,15 +169,9 @@ impl VocabCache {
         )
         .execute(&mut *tx)
         .await?;
-        let stored = sqlx::query!(
-            "SELECT token_id, text FROM vocab WHERE model_id = $1 AND token_id = ANY($2)",
-            model_id,
-            &ids
-        )
-        .fetch_all(&mut *tx)
-        .await?;
-        for row in &stored {
-            missing.remove(&(row.token_id as u32));
+        let stored = stored_texts(&mut *tx, model_id, &ids).await?;
+        for (id, _) in &stored {
+            missing.remove(id);
         }
         let (new_ids, new_texts): (Vec<i32>, Vec<&str>) =
             missing.iter().map(|(&id, &t)| (id as i32, t)).unzip();
@@ -192,9 +186,7 @@ impl VocabCache {
             .await?;
         }
         tx.commit().await?;
-        let stored = stored
-            .iter()
-            .map(|row| (row.token_id as u32, row.text.as_str()));
+        let stored = stored.iter().map(|(id, text)| (*id, text.as_str()));
         self.remember(model_id, stored.chain(missing));
         Ok(true)
     }
@@ -231,17 +223,10 @@ impl VocabCache {
 
     /// Reads the stored texts of `ids` into the cache.
     async fn fetch(&self, pool: &PgPool, model_id: i32, ids: Vec<i32>) -> Result<()> {
-        let rows = sqlx::query!(
-            "SELECT token_id, text FROM vocab WHERE model_id = $1 AND token_id = ANY($2)",
-            model_id,
-            &ids
-        )
-        .fetch_all(pool)
-        .await?;
+        let stored = stored_texts(pool, model_id, &ids).await?;
         self.remember(
             model_id,
-            rows.iter()
-                .map(|row| (row.token_id as u32, row.text.as_str())),
+            stored.iter().map(|(id, text)| (*id, text.as_str())),
         );
         Ok(())
     }
@@ -255,6 +240,25 @@ impl VocabCache {
             known.insert(id, text);
         }
     }
+}
+
+/// The texts the `vocab` table holds for those of `ids` it has.
+async fn stored_texts(
+    conn: impl sqlx::PgExecutor<'_>,
+    model_id: i32,
+    ids: &[i32],
+) -> Result<Vec<(u32, String)>> {
+    let rows = sqlx::query!(
+        "SELECT token_id, text FROM vocab WHERE model_id = $1 AND token_id = ANY($2)",
+        model_id,
+        ids
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.token_id as u32, row.text))
+        .collect())
 }
 
 #[cfg(test)]
