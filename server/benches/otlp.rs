@@ -47,8 +47,11 @@ fn main() {
             let t2 = Instant::now();
             for b in &m.decoded.batches {
                 for r in &b.requests {
-                    let block =
-                        token_block::encode(&r.value.tokens, r.value.arrival_ns, |_, _| false);
+                    let block = token_block::encode(
+                        &r.value.tokens,
+                        r.value.arrival_ns,
+                        token_block::own_texts(|_, _| false),
+                    );
                     mapped_tokens += r.value.tokens.len();
                     std::hint::black_box(block);
                 }

@@ -175,7 +175,11 @@ mod tests {
         let mut native_line = vec![4u8];
         native_line.extend(&json);
         out.push(("import", "native.jsonl".into(), native_line));
-        let block = token_block::encode(&r.tokens, r.arrival_ns, |id, _| id % 2 == 0);
+        let block = token_block::encode(
+            &r.tokens,
+            r.arrival_ns,
+            token_block::own_texts(|id, _| id % 2 == 0),
+        );
         out.push(("token_block", "request".into(), block));
         let keys: std::collections::HashMap<_, _> = its
             .iter()

@@ -52,6 +52,9 @@ class Exporter:
         self.dropped_iterations = 0
         self.rejected_requests = 0
         self.rejected_iterations = 0
+        # Token texts sent by id, and replies that said the server lacked some.
+        self.sent_texts = 0
+        self.texts_missing = 0
         # Events the recorder failed on (an engine version it does not know): logged sparingly.
         self.record_errors = 0
         # The exporter thread's own CPU time, and the steps it recorded.
@@ -136,7 +139,10 @@ class Exporter:
         self._last_flush = time.monotonic()
         if not requests and not iterations:
             return
-        body = wire.export_request(wire.resource_traces(self.resource, requests, iterations))
+        # Requests' texts go by id when the recorder has a tokenizer (`Texts`).
+        texts = getattr(self.recorder, "texts", None)
+        by_id = texts.take() if requests and texts is not None and texts.available() else None
+        body = wire.export_request(wire.resource_traces(self.resource, requests, iterations, by_id))
         try:
             raw = self._rpc()(body, timeout=self.timeout_s, metadata=self._metadata)
             reply = wire.decode_export_response(raw)
@@ -158,6 +164,12 @@ class Exporter:
         self.sent_iterations += len(iterations)
         self.rejected_requests += reply["rejected_requests"]
         self.rejected_iterations += reply["rejected_iterations"]
+        if by_id is not None:
+            texts.acknowledged(by_id[0])
+            self.sent_texts += len(by_id[0])
+            if reply["texts_missing"]:
+                self.texts_missing += 1
+                texts.forget()
 
     def _rpc(self):
         if self._call is None:
@@ -197,6 +209,8 @@ class Exporter:
             "dropped_iterations": self.dropped_iterations,
             "rejected_requests": self.rejected_requests,
             "rejected_iterations": self.rejected_iterations,
+            "sent_texts": self.sent_texts,
+            "texts_missing": self.texts_missing,
             "record_errors": self.record_errors,
             "cpu_ns": self.cpu_ns,
             "steps": self.steps,

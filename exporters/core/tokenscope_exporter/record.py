@@ -46,6 +46,8 @@ class RequestRecord:
     token_iterations: list = field(default_factory=list)
     emitted_ns: list = field(default_factory=list)
     scheduled_ns: list = field(default_factory=list)
+    # Texts with each token and candidate: empty, as texts go by id (`Texts`), for a sender
+    # whose texts are not its tokenizer's text per id.
     texts: list = field(default_factory=list)
     candidate_texts: list = field(default_factory=list)
     logprobs: list = field(default_factory=list)
@@ -57,16 +59,15 @@ class RequestRecord:
 
     def close(self, making: list, at_ns: int, texts) -> None:
         """Once its token ids are in: when it finished (`at_ns`, else when the last step that made a
-        token ended), each token's step and times, and the tokens' and candidates' texts when the
-        exporter has a tokenizer (`texts`)."""
+        token ended), and each token's step and times. Its tokens' and candidates' texts go by id
+        when the exporter has a tokenizer (`texts`), so their ids are noted there."""
         if not at_ns:
             at_ns = making[-1].end_ns if making else time.time_ns()
         self.finished_ns = max(at_ns, self.arrival_ns)
         self.time_tokens(making)
         if texts.available():
-            self.texts = texts.texts(self.token_ids)
-            if self.candidate_ids:
-                self.candidate_texts = texts.texts(self.candidate_ids)
+            texts.use(self.token_ids)
+            texts.use(self.candidate_ids)
 
     def time_tokens(self, making: list) -> None:
         """Each token gets the step that made it, `making` being those steps in order: one step

@@ -137,13 +137,21 @@ def iteration(
     )
 
 
-def resource_traces(resource_bytes: bytes, requests: list[bytes], iterations: list[bytes]) -> bytes:
-    """One `ResourceTraces`: field 1 resource, 2 requests, 3 iterations."""
-    return (
+def resource_traces(
+    resource_bytes: bytes, requests: list[bytes], iterations: list[bytes], token_texts=None
+) -> bytes:
+    """One `ResourceTraces`: field 1 resource, 2 requests, 3 iterations, and 4 the token texts by
+    id when `token_texts` is given as (ids, texts) (present even when empty: it says the
+    requests' texts go by id)."""
+    out = (
         message(1, resource_bytes)
         + b"".join(length_delimited(2, r) for r in requests)
         + b"".join(length_delimited(3, i) for i in iterations)
     )
+    if token_texts is not None:
+        ids, texts = token_texts
+        out += message(4, packed_varints(1, ids) + b"".join(length_delimited(2, t.encode()) for t in texts))
+    return out
 
 
 def export_request(traces: bytes) -> bytes:
@@ -159,6 +167,7 @@ def decode_export_response(data: bytes) -> dict[str, int]:
         3: "rejected_requests",
         4: "accepted_iterations",
         5: "rejected_iterations",
+        7: "texts_missing",
     }
     out = dict.fromkeys(names.values(), 0)
     i = 0

@@ -65,6 +65,8 @@ def test_every_request_and_step_arrives(scenario):
     assert stats["rejected_requests"] == 0 and stats["rejected_iterations"] == 0, stats
     assert stats["sent_requests"] == 6, stats
     assert stats["sent_iterations"] == len(run.steps), stats
+    # Texts went by id, each once, and the server had every one it was meant to.
+    assert stats["sent_texts"] > 0 and stats["texts_missing"] == 0, stats
     listed = api("/api/v1/requests", instance=instance, limit=50)
     assert sorted(r["request_id"] for r in listed["requests"]) == sorted(run.tokens)
 

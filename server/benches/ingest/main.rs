@@ -81,7 +81,11 @@ fn codec() {
     let start = std::time::Instant::now();
     let mut block = Vec::new();
     for _ in 0..rounds {
-        block = token_block::encode(&r.tokens, r.arrival_ns, |_, _| false);
+        block = token_block::encode(
+            &r.tokens,
+            r.arrival_ns,
+            token_block::own_texts(|_, _| false),
+        );
     }
     let enc = start.elapsed();
     let start = std::time::Instant::now();
@@ -131,11 +135,14 @@ async fn end_to_end() {
         let app = common::spawn_app().await;
         let (cold, warm) = native::run(&app).await;
         cold.print("native gRPC, vocabulary cold", limit);
-        warm.print("native gRPC", limit);
+        warm.print("native gRPC, texts by id", limit);
         storage = Some(native::storage(&app, cold.tokens + warm.tokens).await);
         native::run_serving(&app)
             .await
             .print("native, batch 64, Zipf ids", limit);
+        native::run_texts_per_token(&app)
+            .await
+            .print("native, texts per token", limit);
     }
     if wants("otlp") {
         let app = common::spawn_app().await;

@@ -1,6 +1,7 @@
-//! Native gRPC ingest: 120 exports of 32 requests × 512 tokens with top-5 candidates (texts and
-//! ids), every 16 requests sharing one iteration record per step, over four instances; then as
-//! many tokens in the `SERVING` shape (decode batches of 64, Zipf-distributed ids).
+//! Native gRPC ingest: 120 exports of 32 requests × 512 tokens with top-5 candidates (texts by
+//! id, and ids), every 16 requests sharing one iteration record per step, over four instances;
+//! then as many tokens in the `SERVING` shape (decode batches of 64, Zipf-distributed ids), and
+//! in the first shape with a text sent with every token.
 
 use prost::Message;
 use tonic::codegen::Bytes;
@@ -10,7 +11,9 @@ use tokenscope::sim::encoded;
 
 use super::common::TestApp;
 use super::drive::drive;
-use super::native_exports::{BENCH, GROUP, SERVING, Shape, TOKENS_PER_REQUEST, TOP_K, shaped};
+use super::native_exports::{
+    BENCH, GROUP, SERVING, Shape, TEXTS_PER_TOKEN, TOKENS_PER_REQUEST, TOP_K, exports,
+};
 use super::{CONCURRENCY, Run, connect, relation_bytes};
 
 const BATCHES: usize = 120;
@@ -39,10 +42,18 @@ pub async fn run_serving(app: &TestApp) -> Run {
     send(&url, 0..BATCHES, &SERVING).await
 }
 
+/// `BATCHES` exports in the first shape with a text sent with every token, to a server whose
+/// vocabulary is warm (after `run`).
+pub async fn run_texts_per_token(app: &TestApp) -> Run {
+    let url = format!("http://{}", app.running.grpc_addr);
+    send(&url, WARMUP..WARMUP + BATCHES, &TEXTS_PER_TOKEN).await
+}
+
 async fn send(url: &str, batches: std::ops::Range<usize>, shape: &'static Shape) -> Run {
     let tokens = batches.len() * shape.requests * shape.tokens;
-    let bodies: Vec<Bytes> = batches
-        .map(|b| Bytes::from(shaped(b, shape).encode_to_vec()))
+    let bodies: Vec<Bytes> = exports(batches, shape)
+        .iter()
+        .map(|e| Bytes::from(e.encode_to_vec()))
         .collect();
     drive(
         tokens,

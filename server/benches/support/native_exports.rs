@@ -1,9 +1,14 @@
 //! Native exports for the benches: 32 requests × 512 tokens with top-5 candidates (texts and
 //! ids), every 16 requests sharing one iteration record per step, over four instances. A second
 //! shape, [`SERVING`], is closer to a busy engine: decode batches of 64 and Zipf-distributed ids.
+//! Both send texts by id, as tokenscope's exporters do; [`TEXTS_PER_TOKEN`] sends them with each
+//! token, as other senders may.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 
 use tokenscope::fixtures;
-use tokenscope::ingest::native::to_wire;
+use tokenscope::ingest::native::{intern_texts, to_wire};
 use tokenscope::proto::v1;
 
 pub const TOKENS_PER_REQUEST: usize = 512;
@@ -25,16 +30,28 @@ pub struct Shape {
     /// Token ids drawn Zipf-distributed (as words in text are) rather than uniform over the
     /// vocabulary, which makes nearly every vocabulary lookup a cache miss.
     pub zipf: bool,
+    /// Token texts by id (`ResourceTraces.token_texts`), each instance's exporter sending each
+    /// id's text once, rather than a text with every token and candidate.
+    pub texts_by_id: bool,
 }
 
 /// The shape every figure in docs/BENCHMARKS.md since 2026-11-30 was measured with: pessimistic
-/// on purpose (small batches: a step per 16 tokens; uniform ids).
+/// on purpose (small batches: a step per 16 tokens; uniform ids). Texts by id since 2026-12-02.
 pub const BENCH: Shape = Shape {
     name: "bench",
     requests: REQUESTS_PER_BATCH,
     tokens: TOKENS_PER_REQUEST,
     group: GROUP,
     zipf: false,
+    texts_by_id: true,
+};
+
+/// [`BENCH`] with a text sent with every token and candidate, as all figures before 2026-12-02
+/// (afternoon) were measured.
+pub const TEXTS_PER_TOKEN: Shape = Shape {
+    name: "texts",
+    texts_by_id: false,
+    ..BENCH
 };
 
 /// The same tokens per export as a busier engine makes them: 64 requests × 256 tokens decoded
@@ -45,10 +62,32 @@ pub const SERVING: Shape = Shape {
     tokens: 256,
     group: 64,
     zipf: true,
+    texts_by_id: true,
 };
 
-/// Export number `b`: its requests' ids and times follow on from export `b - 1`'s.
-pub fn shaped(b: usize, shape: &Shape) -> v1::ExportRequest {
+/// Exports `range` of a run in `shape`, as the exporters send them: with texts by id, each
+/// instance's exporter leaves out the texts its earlier exports carried (one sender per instance
+/// sends them in order, so each was acknowledged before the next was sent).
+pub fn exports(range: Range<usize>, shape: &Shape) -> Vec<v1::ExportRequest> {
+    let mut sent: HashMap<usize, HashSet<u32>> = HashMap::new();
+    let mut out = Vec::with_capacity(range.len());
+    for b in 0..range.end {
+        let mut export = shaped(b, shape);
+        if shape.texts_by_id {
+            let sent = sent.entry(b % INSTANCES).or_default();
+            let carried = intern_texts(&mut export.resource_traces[0], sent);
+            sent.extend(carried);
+        }
+        if range.contains(&b) {
+            out.push(export);
+        }
+    }
+    out
+}
+
+/// Export number `b`, texts with every token: its requests' ids and times follow on from export
+/// `b - 1`'s.
+fn shaped(b: usize, shape: &Shape) -> v1::ExportRequest {
     let requests: Vec<_> = (0..shape.requests)
         .map(|i| {
             let n = b * shape.requests + i;

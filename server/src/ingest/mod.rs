@@ -18,7 +18,7 @@ use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::{Batch, Reason, Source};
 use crate::proto::v1;
-use crate::store::Store;
+use crate::store::{Store, vocab::TextsById};
 
 /// One item of a batch with a label that names it in rejection messages.
 #[derive(Debug)]
@@ -33,6 +33,9 @@ pub struct ResourceBatch {
     pub resource: Resource,
     pub requests: Vec<Item<RequestTrace>>,
     pub iterations: Vec<Item<Iteration>>,
+    /// Set when the sender gave token texts by id: then the requests' tokens and candidates
+    /// without a text of their own have their id's text (from here, or stored earlier).
+    pub texts_by_id: Option<TextsById>,
 }
 
 /// An item that was refused, and why.
@@ -68,6 +71,9 @@ pub struct Stored {
     pub accepted_iterations: u64,
     /// Output tokens of the requests newly stored.
     pub accepted_tokens: u64,
+    /// Distinct token ids (per resource) whose text was to come by id, but which neither the
+    /// export nor the vocabulary had.
+    pub texts_missing: u64,
 }
 
 /// Fills what the model defines as derivable: output count from the tokens, ranks from candidates.
@@ -146,8 +152,11 @@ pub async fn store_decoded(
         rejections,
     } = decoded;
     if store.redacts_text() {
-        for r in batches.iter_mut().flat_map(|b| &mut b.requests) {
-            redact_text(&mut r.value);
+        for b in &mut batches {
+            b.texts_by_id = None;
+            for r in &mut b.requests {
+                redact_text(&mut r.value);
+            }
         }
     }
     let count = |kind| rejections.iter().filter(|r| r.kind == kind).count() as u64;
@@ -205,6 +214,7 @@ pub async fn store_decoded(
         rejected_requests: count(ItemKind::Request),
         accepted_iterations: stored.accepted_iterations,
         rejected_iterations: count(ItemKind::Iteration),
+        texts_missing: stored.texts_missing,
         rejections: rejections
             .into_iter()
             .map(|r| v1::Rejection {

@@ -6,18 +6,25 @@ use app::model::{
     validate::{self, FieldError},
 };
 
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+
 use super::{Decoded, Item, ItemKind, ResourceBatch, normalize};
 use crate::proto::v1;
+use crate::store::vocab::TextsById;
 
 pub fn decode(export: v1::ExportRequest) -> Decoded {
     let mut out = Decoded::default();
     for (i, rt) in export.resource_traces.into_iter().enumerate() {
         let at = format!("resource_traces[{i}]");
-        let resource = match resource(rt.resource).and_then(|r| validate::resource(&r).map(|()| r))
-        {
-            Ok(r) => r,
+        let checked = resource(rt.resource)
+            .and_then(|r| validate::resource(&r).map(|()| r))
+            .and_then(|r| Ok((r, texts_by_id(rt.token_texts)?)));
+        let (resource, texts_by_id) = match checked {
+            Ok(checked) => checked,
             Err(e) => {
-                // Without a valid resource no item can be attributed to an instance.
+                // Without a valid resource no item can be attributed to an instance; without valid
+                // texts by id, none would have the texts it was sent with.
                 for (j, r) in rt.requests.iter().enumerate() {
                     let item = format!("{at}.requests[{j}] (request_id {:?})", r.request_id);
                     out.reject(ItemKind::Request, &item, e.clone());
@@ -36,6 +43,7 @@ pub fn decode(export: v1::ExportRequest) -> Decoded {
             resource,
             requests: Vec::new(),
             iterations: Vec::new(),
+            texts_by_id,
         };
         for (j, r) in rt.requests.into_iter().enumerate() {
             let label = format!("{at}.requests[{j}] (request_id {:?})", r.request_id);
@@ -89,6 +97,48 @@ fn resource(r: Option<v1::Resource>) -> Result<Resource, FieldError> {
         role,
         host: r.host,
     })
+}
+
+/// The export's token texts by id: as many texts as ids, every id known, none given twice with
+/// two texts (given twice with one, it is kept once).
+fn texts_by_id(t: Option<v1::TokenTexts>) -> Result<Option<TextsById>, FieldError> {
+    let Some(t) = t else {
+        return Ok(None);
+    };
+    if t.text.len() != t.token_id.len() {
+        return Err(FieldError::new(
+            "token_texts.text",
+            format!(
+                "has {} elements but token_id has {}; give one text per id",
+                t.text.len(),
+                t.token_id.len()
+            ),
+        ));
+    }
+    let mut first: HashMap<u32, usize> = HashMap::with_capacity(t.token_id.len());
+    let mut out = Vec::with_capacity(t.token_id.len());
+    for (i, (id, text)) in t.token_id.into_iter().zip(t.text).enumerate() {
+        if id == UNKNOWN_ID {
+            return Err(FieldError::new(
+                format!("token_texts.token_id[{i}]"),
+                "is the unknown id (4294967295); a text by id needs a known id",
+            ));
+        }
+        match first.entry(id) {
+            Entry::Vacant(v) => {
+                v.insert(out.len());
+                out.push((id, text));
+            }
+            Entry::Occupied(o) if out[*o.get()].1 == text => {}
+            Entry::Occupied(_) => {
+                return Err(FieldError::new(
+                    format!("token_texts.text[{i}]"),
+                    format!("gives token id {id} a second, different text"),
+                ));
+            }
+        }
+    }
+    Ok(Some(TextsById(out)))
 }
 
 /// 0 means "not given" for optional instants.
@@ -345,7 +395,51 @@ pub fn to_wire(
         }),
         requests: requests.iter().map(request_to_wire).collect(),
         iterations: iterations.iter().map(iteration_to_wire).collect(),
+        token_texts: None,
     }
+}
+
+/// Gives `rt`'s token texts by id (`ResourceTraces.token_texts`), the way an exporter whose
+/// texts are its tokenizer's text of each id sends them: each id's text once, and not at all for
+/// ids in `sent` (ids whose texts earlier, acknowledged exports carried; the caller vouches the
+/// texts were the same). A request in which one id has two texts, or a text has no id, keeps its
+/// own columns. Returns the ids whose texts this export carries.
+pub fn intern_texts(rt: &mut v1::ResourceTraces, sent: &HashSet<u32>) -> Vec<u32> {
+    let mut texts: HashMap<u32, &str> = HashMap::new();
+    let mut internable = Vec::with_capacity(rt.requests.len());
+    for r in &rt.requests {
+        let Some(c) = &r.tokens else {
+            internable.push(false);
+            continue;
+        };
+        let given = (c.token_id.iter().zip(&c.text))
+            .chain(c.candidate_token_id.iter().zip(&c.candidate_text));
+        let mut ok = true;
+        for (&id, text) in given {
+            ok &= id != UNKNOWN_ID && *texts.entry(id).or_insert(text) == text.as_str();
+        }
+        internable.push(ok);
+    }
+    let mut carried: Vec<(u32, String)> = Vec::new();
+    let mut added = HashSet::new();
+    for (r, ok) in rt.requests.iter_mut().zip(internable) {
+        let Some(c) = r.tokens.as_mut().filter(|_| ok) else {
+            continue;
+        };
+        let given = (c.token_id.iter().zip(&c.text))
+            .chain(c.candidate_token_id.iter().zip(&c.candidate_text));
+        for (&id, text) in given {
+            if !sent.contains(&id) && added.insert(id) {
+                carried.push((id, text.clone()));
+            }
+        }
+        c.text = Vec::new();
+        c.candidate_text = Vec::new();
+    }
+    let ids = carried.iter().map(|(id, _)| *id).collect();
+    let (token_id, text) = carried.into_iter().unzip();
+    rt.token_texts = Some(v1::TokenTexts { token_id, text });
+    ids
 }
 
 fn unhex(s: &Option<String>) -> Vec<u8> {

@@ -1,6 +1,7 @@
 //! Hands simulated traces to tokenscope: over gRPC (batched, several in flight, retried on
 //! backpressure) or into a JSONL file of native export requests for `tokenscope import`.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use tonic::transport::Channel;
 use app::model::{Iteration, Nanos, RequestTrace, Resource};
 
 use crate::error::{Error, Result};
-use crate::ingest::native::to_wire;
+use crate::ingest::native::{intern_texts, to_wire};
 use crate::proto::v1;
 
 use super::encoded;
@@ -88,13 +89,17 @@ impl Batcher {
         out
     }
 
+    /// Texts go by id, each once per batch: batches are in flight several at a time, to one
+    /// server or several, so a batch cannot count on an earlier one's texts being stored yet.
     fn take_requests(&mut self) -> Timed {
         let requests = std::mem::take(&mut self.requests);
         self.tokens = 0;
+        let mut traces = to_wire(&self.resource, &requests, &[]);
+        intern_texts(&mut traces, &HashSet::new());
         Timed {
             at_ns: requests.iter().map(|r| r.finished_ns).max().unwrap_or(0),
             batch: v1::ExportRequest {
-                resource_traces: vec![to_wire(&self.resource, &requests, &[])],
+                resource_traces: vec![traces],
             },
         }
     }

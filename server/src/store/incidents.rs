@@ -221,7 +221,7 @@ impl Store {
             blocks.push(token_block::encode(
                 &trace.tokens,
                 trace.arrival_ns,
-                |_, _| false,
+                token_block::own_texts(|_, _| false),
             ));
             trace.tokens = Vec::new();
             requests.push(FrozenRequest {

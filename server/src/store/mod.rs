@@ -25,6 +25,7 @@ use crate::error::Result;
 pub use partitions::DAY_NS;
 pub use read::{ORDER_KEYS, Order, RequestFilter, split_list};
 pub use waterfall::Rows;
+pub use write::{ById, Lacking, encode_tokens};
 
 /// Key spaces of our advisory locks (so they cannot collide with another application's): writers
 /// of one instance's requests and steps, and of one model's vocabulary.

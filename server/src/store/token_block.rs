@@ -111,11 +111,34 @@ impl Columns {
     }
 }
 
-fn put_text(state: &mut Writer, inline: &mut Writer, text: Option<&str>, is_vocab: bool) {
+/// How one token's or candidate's text goes into the block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredText<'t> {
+    /// It has none.
+    None,
+    /// The model's vocabulary text of its id: the block refers to it.
+    Vocab,
+    /// The block stores it.
+    Inline(&'t str),
+}
+
+/// The choice for texts sent with each token: a reference where `in_vocab(id, text)` says the
+/// text is the model's stored text of the id, else the text itself.
+pub fn own_texts<'t>(
+    mut in_vocab: impl FnMut(u32, &'t str) -> bool,
+) -> impl FnMut(Option<u32>, Option<&'t str>) -> StoredText<'t> {
+    move |id, text| match (id, text) {
+        (_, None) => StoredText::None,
+        (Some(id), Some(text)) if in_vocab(id, text) => StoredText::Vocab,
+        (_, Some(text)) => StoredText::Inline(text),
+    }
+}
+
+fn put_text(state: &mut Writer, inline: &mut Writer, text: StoredText<'_>) {
     match text {
-        None => state.u8(TEXT_NONE),
-        Some(_) if is_vocab => state.u8(TEXT_VOCAB),
-        Some(t) => {
+        StoredText::None => state.u8(TEXT_NONE),
+        StoredText::Vocab => state.u8(TEXT_VOCAB),
+        StoredText::Inline(t) => {
             state.u8(TEXT_INLINE);
             inline.str(t);
         }
@@ -123,20 +146,15 @@ fn put_text(state: &mut Writer, inline: &mut Writer, text: Option<&str>, is_voca
 }
 
 /// Encodes `tokens`; `base_ns` is the request's arrival (emitted times are stored as deltas);
-/// `in_vocab(id, text)` says whether `text` is the model's stored text of token id `id` (then
-/// the block refers to it instead of storing it).
+/// `stored(id, text)` says how a token's or candidate's text is stored (see [`own_texts`]).
 pub fn encode<'t>(
     tokens: &'t [Token],
     base_ns: Nanos,
-    mut in_vocab: impl FnMut(u32, &'t str) -> bool,
+    mut stored: impl FnMut(Option<u32>, Option<&'t str>) -> StoredText<'t>,
 ) -> Vec<u8> {
-    let mut is_vocab = |id: Option<u32>, text: Option<&'t str>| match (id, text) {
-        (Some(id), Some(text)) => in_vocab(id, text),
-        _ => false,
-    };
     let candidates = tokens.iter().map(|t| t.candidates.len()).sum();
     let mut c = Columns::with_capacity(tokens.len(), candidates);
-    let mut cand_in_vocab = Vec::new();
+    let mut cand_texts = Vec::new();
     let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
     for t in tokens {
         // Only a known id is elided; a text-only token keeps its own fields.
@@ -184,37 +202,27 @@ pub fn encode<'t>(
         }
         c.rank.varint(t.rank.map_or(0, |r| u64::from(r) + 1));
         c.special.u8(t.special.code());
-        cand_in_vocab.clear();
-        cand_in_vocab.extend(
+        cand_texts.clear();
+        cand_texts.extend(
             t.candidates
                 .iter()
-                .map(|cand| is_vocab(cand.token_id, cand.text.as_deref())),
+                .map(|cand| stored(cand.token_id, cand.text.as_deref())),
         );
         // The chosen token is usually among its candidates with the same text: one vocabulary
         // lookup (a cache miss, at ids spread over the vocabulary) serves both.
-        let chosen_in_vocab = match pos {
-            Some(k) if t.text == t.candidates[k].text => cand_in_vocab[k],
-            _ => is_vocab(t.token_id, t.text.as_deref()),
+        let chosen_text = match pos {
+            Some(k) if t.text == t.candidates[k].text => cand_texts[k],
+            _ => stored(t.token_id, t.text.as_deref()),
         };
-        put_text(
-            &mut c.text_state,
-            &mut c.text,
-            t.text.as_deref(),
-            chosen_in_vocab,
-        );
+        put_text(&mut c.text_state, &mut c.text, chosen_text);
         c.cand_count.varint(t.candidates.len() as u64);
         let mut last_q = 0i64;
-        for (cand, &in_vocab) in t.candidates.iter().zip(&cand_in_vocab) {
+        for (cand, &text) in t.candidates.iter().zip(&cand_texts) {
             c.cand_id.push(id_code(cand.token_id));
             let q = quantize(cand.logprob);
             c.cand_logprob.push(q.wrapping_sub(last_q) as u64);
             last_q = q;
-            put_text(
-                &mut c.cand_text_state,
-                &mut c.cand_text,
-                cand.text.as_deref(),
-                in_vocab,
-            );
+            put_text(&mut c.cand_text_state, &mut c.cand_text, text);
         }
     }
     let mut control = Writer::with_capacity(16 * tokens.len() + 2 * candidates);
@@ -576,9 +584,11 @@ mod tests {
         let tokens = sample();
         let vocab: HashMap<u32, Arc<str>> =
             [(9906, "Hello".into()), (1, " different".into())].into();
-        let block = encode(&tokens, 1_700_000_000_000_000_000, |id, text| {
-            vocab.get(&id).is_some_and(|s| **s == *text)
-        });
+        let block = encode(
+            &tokens,
+            1_700_000_000_000_000_000,
+            own_texts(|id, text| vocab.get(&id).is_some_and(|s| **s == *text)),
+        );
         let (mut back, refs) = decode(&block, 1_700_000_000_000_000_000).unwrap();
         assert_eq!(
             refs.len(),
@@ -609,7 +619,7 @@ mod tests {
 
     #[test]
     fn corrupt_blocks_are_errors_not_panics() {
-        let block = encode(&sample(), 0, |_, _| false);
+        let block = encode(&sample(), 0, own_texts(|_, _| false));
         for cut in 0..block.len() {
             assert!(decode(&block[..cut], 0).is_err(), "cut at {cut}");
         }
@@ -732,7 +742,7 @@ mod tests {
                     .filter_map(|(id, text)| Some((id?, text?)))
                     .filter(|(id, _)| vocab_ids.contains(id))
                     .collect();
-                let block = encode(&tokens, BASE, |id, text| vocab.get(&id).is_some_and(|v| v == text));
+                let block = encode(&tokens, BASE, own_texts(|id, text| vocab.get(&id).is_some_and(|v| v == text)));
                 let (mut back, refs) = decode(&block, BASE).unwrap();
                 fill_vocab(&mut back, &refs, |id| vocab.get(&id).map(String::as_str));
                 prop_assert_eq!(back, tokens);

@@ -39,6 +39,10 @@ const ABSENT: Entry = Entry {
 #[derive(Default)]
 struct Texts {
     dense: Vec<Entry>,
+    /// A bit per id below [`DENSE_IDS`] that has a text: texts sent by id only ask whether the
+    /// id is known, for every token and candidate, and 16 KB of bits (a 128k vocabulary) stay
+    /// in the core's cache where the entries (2 MB) do not.
+    known: Vec<u64>,
     sparse: HashMap<u32, Entry>,
     /// Texts longer than [`INLINE`], each stored from a `&str`.
     arena: Vec<u8>,
@@ -68,7 +72,14 @@ impl Texts {
     }
 
     fn contains(&self, id: u32) -> bool {
-        self.bytes(id).is_some()
+        if id < DENSE_IDS {
+            let k = id as usize;
+            self.known
+                .get(k / 64)
+                .is_some_and(|w| w & (1 << (k % 64)) != 0)
+        } else {
+            self.sparse.contains_key(&id)
+        }
     }
 
     /// Entries never change once stored (first writer wins), so a known id is left alone. A
@@ -101,13 +112,21 @@ impl Texts {
             let k = id as usize;
             if self.dense.len() <= k {
                 self.dense.resize(k + 1, ABSENT);
+                self.known.resize(k / 64 + 1, 0);
             }
             self.dense[k] = entry;
+            self.known[k / 64] |= 1 << (k % 64);
         } else {
             self.sparse.insert(id, entry);
         }
     }
 }
+
+/// An export's token texts by id (`ResourceTraces.token_texts`, interned by its sender): the
+/// texts of the tokens and candidates that came with an id and without a text of their own.
+/// Ids are distinct (checked at ingest).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct TextsById(pub Vec<(u32, String)>);
 
 /// Vocabulary rows are insert-only and first-writer-wins, so a cached entry never goes stale.
 #[derive(Default)]
@@ -122,6 +141,11 @@ impl Vocab<'_> {
     /// The stored text of a token id, if the vocabulary has it.
     pub fn text(&self, id: u32) -> Option<&str> {
         self.0.and_then(|t| t.get(id))
+    }
+
+    /// Whether the vocabulary has a text for `id`.
+    pub fn knows(&self, id: u32) -> bool {
+        self.0.is_some_and(|t| t.contains(id))
     }
 
     /// Whether `text` is the stored text of `id`: `None` when the vocabulary has no text for it
@@ -278,6 +302,10 @@ mod tests {
         assert_eq!(t.get(3), None, "an id between known ones");
         assert_eq!(t.get(1_000), None, "an id past the index");
         assert_eq!(t.get(u32::MAX), None);
+        for (id, known) in [(5, true), (2, true), (DENSE_IDS + 7, true), (3, false)] {
+            assert_eq!(t.contains(id), known, "{id}");
+        }
+        assert!(!t.contains(1_000) && !t.contains(DENSE_IDS + 8));
     }
 
     #[test]

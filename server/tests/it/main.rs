@@ -25,4 +25,5 @@ mod redact;
 mod replicas;
 mod shutdown;
 mod sim_scenarios;
+mod texts_by_id;
 mod waterfall_lane;

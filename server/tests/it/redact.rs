@@ -2,8 +2,12 @@
 
 use sqlx::{Connection, PgConnection};
 
+use std::collections::HashSet;
+
 use crate::common::*;
 use tokenscope::fixtures;
+use tokenscope::ingest::native::{intern_texts, to_wire};
+use tokenscope::proto::v1;
 
 #[tokio::test]
 async fn with_redact_text_no_token_text_is_stored() {
@@ -20,6 +24,16 @@ async fn with_redact_text_no_token_text_is_stored() {
     );
     let reply = app.grpc().await.export(batch).await.unwrap().into_inner();
     assert_eq!(reply.accepted_requests, 1);
+    // And with texts by id, as tokenscope's exporters send them.
+    let mut by_id = sent.clone();
+    by_id.request_id = "secret-by-id".into();
+    let mut traces = to_wire(&fixtures::resource("gpu-0"), &[by_id], &[]);
+    intern_texts(&mut traces, &HashSet::new());
+    let batch = v1::ExportRequest {
+        resource_traces: vec![traces],
+    };
+    let reply = app.grpc().await.export(batch).await.unwrap().into_inner();
+    assert_eq!((reply.accepted_requests, reply.texts_missing), (1, 0));
 
     let mut db = PgConnection::connect(&app.database_url).await.unwrap();
     let vocab: i64 = sqlx::query_scalar("SELECT count(*) FROM vocab")
@@ -29,21 +43,23 @@ async fn with_redact_text_no_token_text_is_stored() {
     assert_eq!(vocab, 0, "no text in the vocabulary");
     // Nor inline in the token block: none of the texts sent appears in its (decompressed) form,
     // which the API reads back.
-    let d = app.get_json("/api/v1/requests/secret").await;
-    let tokens = d["tokens"].as_array().unwrap();
-    assert_eq!(tokens.len(), 40);
-    for (t, s) in tokens.iter().zip(&sent.tokens) {
-        assert!(t["text"].is_null(), "{t}");
-        assert_eq!(t["token_id"], s.token_id.unwrap());
-        assert!(t["logprob"].is_number(), "probabilities are kept: {t}");
-        assert!(t["emitted_ns"].is_number(), "times are kept: {t}");
-        let cands = t["candidates"].as_array().unwrap();
-        assert_eq!(cands.len(), 5);
-        assert!(
-            cands
-                .iter()
-                .all(|c| c["text"].is_null() && c["token_id"].is_number())
-        );
+    for id in ["secret", "secret-by-id"] {
+        let d = app.get_json(&format!("/api/v1/requests/{id}")).await;
+        let tokens = d["tokens"].as_array().unwrap();
+        assert_eq!(tokens.len(), 40);
+        for (t, s) in tokens.iter().zip(&sent.tokens) {
+            assert!(t["text"].is_null(), "{t}");
+            assert_eq!(t["token_id"], s.token_id.unwrap());
+            assert!(t["logprob"].is_number(), "probabilities are kept: {t}");
+            assert!(t["emitted_ns"].is_number(), "times are kept: {t}");
+            let cands = t["candidates"].as_array().unwrap();
+            assert_eq!(cands.len(), 5);
+            assert!(
+                cands
+                    .iter()
+                    .all(|c| c["text"].is_null() && c["token_id"].is_number())
+            );
+        }
     }
 
     // Without the flag the same request keeps its texts (the test above can fail).

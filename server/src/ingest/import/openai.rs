@@ -221,6 +221,7 @@ pub fn responses(text: &str, opts: &Options) -> Result<Imported> {
                             resource: res,
                             requests: vec![Item { label, value: r }],
                             iterations: Vec::new(),
+                            texts_by_id: None,
                         }),
                     }
                 }

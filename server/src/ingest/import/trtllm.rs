@@ -377,6 +377,7 @@ fn map(mut records: Vec<Record>, opts: &Options) -> Imported {
                     resource: own,
                     requests: Vec::new(),
                     iterations: Vec::new(),
+                    texts_by_id: None,
                 };
                 batches.push((batch, BTreeMap::new()));
                 batches.len() - 1

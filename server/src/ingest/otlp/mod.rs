@@ -121,6 +121,7 @@ impl Batches {
                 },
                 requests: Vec::new(),
                 iterations: Vec::new(),
+                texts_by_id: None,
             })
             .requests
             .push(Item { label, value });

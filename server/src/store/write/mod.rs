@@ -2,7 +2,7 @@
 
 mod iterations;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -11,7 +11,9 @@ use app::model::{
     KvTransfer, Nanos, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams, unhex,
 };
 
-use super::{Store, partitions::day_of, token_block};
+use super::token_block::{self, StoredText};
+use super::vocab::{TextsById, Vocab};
+use super::{Store, partitions::day_of};
 use crate::error::Result;
 use crate::ingest::{ResourceBatch, Stored};
 
@@ -60,6 +62,7 @@ impl Store {
             stored.duplicate_requests += s.duplicate_requests;
             stored.accepted_iterations += s.accepted_iterations;
             stored.accepted_tokens += s.accepted_tokens;
+            stored.texts_missing += s.texts_missing;
         }
         Ok(stored)
     }
@@ -90,26 +93,58 @@ impl Store {
     }
 
     /// Encodes the rows of `requests` under the vocabulary cache's read lock (no await inside),
-    /// and lists the token texts whose ids the vocabulary does not know.
+    /// noting what the vocabulary lacked.
     fn encode_rows<'r>(
         &self,
         model_id: i32,
         requests: &[&'r RequestTrace],
-    ) -> (RequestRows, Vec<(u32, &'r str)>) {
+        by_id: Option<&ById<'r>>,
+    ) -> (RequestRows, Lacking<'r>) {
         self.caches.vocab.with(model_id, |vocab| {
             let mut rows = RequestRows::default();
-            let mut unknown = Vec::new();
+            let mut lacking = Lacking::default();
             for r in requests {
-                rows.push(r, |id, text| match vocab.matches(id, text) {
-                    Some(same) => same,
-                    None => {
-                        unknown.push((id, text));
-                        false
-                    }
-                });
+                let block =
+                    (!r.tokens.is_empty()).then(|| encode_tokens(r, &vocab, by_id, &mut lacking));
+                rows.push(r, block);
             }
-            (rows, unknown)
+            (rows, lacking)
         })
+    }
+
+    /// Stores the texts an export gave by id that the vocabulary lacks (the first text stored
+    /// for an id stays: another writer's wins) and finds those that differ from it: tokens with
+    /// such an id store the export's text themselves.
+    async fn texts_by_id<'t>(&self, model_id: i32, texts: &'t TextsById) -> Result<ById<'t>> {
+        let vocab = &self.caches.vocab;
+        let entries = || texts.0.iter().map(|(id, text)| (*id, text.as_str()));
+        let new: Vec<_> = vocab.with(model_id, |v| {
+            entries().filter(|(id, _)| !v.knows(*id)).collect()
+        });
+        vocab.store(&self.pool, model_id, new).await?;
+        let own = vocab.with(model_id, |v| {
+            entries()
+                .filter(|(id, text)| v.matches(*id, text) != Some(true))
+                .collect()
+        });
+        Ok(ById { own })
+    }
+
+    /// Of `ids` (texts by id the cache did not have), how many distinct ones the vocabulary
+    /// lacks; their tokens refer to it all the same, and show the text once it arrives.
+    async fn texts_missing(&self, model_id: i32, mut ids: Vec<u32>) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let vocab = &self.caches.vocab;
+        vocab
+            .load(&self.pool, model_id, ids.iter().copied())
+            .await?;
+        Ok(vocab.with(model_id, |v| {
+            ids.iter().filter(|&&id| !v.knows(id)).count() as u64
+        }))
     }
 
     async fn write_resource(&self, batch: &ResourceBatch) -> Result<Stored> {
@@ -136,17 +171,22 @@ impl Store {
                 )
                 .await?;
         }
-        let (mut rows, unknown) = self.encode_rows(model_id, &requests);
+        let by_id = match &batch.texts_by_id {
+            Some(texts) => Some(self.texts_by_id(model_id, texts).await?),
+            None => None,
+        };
+        let (mut rows, mut lacking) = self.encode_rows(model_id, &requests, by_id.as_ref());
         // Texts of ids the vocabulary does not know yet (a new model's first batches) are stored
         // first and the batch encoded again, so its blocks refer to them. Steady state: one pass.
         if self
             .caches
             .vocab
-            .store(&self.pool, model_id, unknown)
+            .store(&self.pool, model_id, lacking.unknown)
             .await?
         {
-            rows = self.encode_rows(model_id, &requests).0;
+            (rows, lacking) = self.encode_rows(model_id, &requests, by_id.as_ref());
         }
+        let texts_missing = self.texts_missing(model_id, lacking.unresolved).await?;
         let (first_seen, last_seen) = seen_range(batch);
 
         let mut tx = self.pool.begin().await?;
@@ -208,6 +248,7 @@ impl Store {
             duplicate_requests: offered - inserted,
             accepted_iterations: iterations,
             accepted_tokens: tokens as u64,
+            texts_missing,
         })
     }
 }
@@ -259,6 +300,55 @@ fn seen_range(batch: &ResourceBatch) -> (Nanos, Nanos) {
         })
 }
 
+/// How the tokens of a batch whose texts came by id store them.
+pub struct ById<'t> {
+    /// Ids whose text in the export is not the vocabulary's (another writer stored another, or
+    /// the text cannot be stored there): their tokens store the export's text.
+    pub own: HashMap<u32, &'t str>,
+}
+
+/// What the vocabulary lacked while blocks were encoded.
+#[derive(Default)]
+pub struct Lacking<'r> {
+    /// Texts sent with their tokens whose ids the vocabulary has no text for.
+    pub unknown: Vec<(u32, &'r str)>,
+    /// Ids of texts by id that neither the export nor the cached vocabulary has.
+    pub unresolved: Vec<u32>,
+}
+
+/// A request's token block as the write path encodes it (public for the benches): a text is
+/// stored as a reference when it is the vocabulary's text of its id, or came by id.
+pub fn encode_tokens<'r>(
+    r: &'r RequestTrace,
+    vocab: &Vocab<'_>,
+    by_id: Option<&ById<'r>>,
+    lacking: &mut Lacking<'r>,
+) -> Vec<u8> {
+    token_block::encode(&r.tokens, r.arrival_ns, |id, text| {
+        match (id, text, by_id) {
+            (Some(id), None, Some(by_id)) => match by_id.own.get(&id) {
+                Some(text) => StoredText::Inline(text),
+                None => {
+                    if !vocab.knows(id) {
+                        lacking.unresolved.push(id);
+                    }
+                    StoredText::Vocab
+                }
+            },
+            (_, None, _) => StoredText::None,
+            (Some(id), Some(text), _) => match vocab.matches(id, text) {
+                Some(true) => StoredText::Vocab,
+                Some(false) => StoredText::Inline(text),
+                None => {
+                    lacking.unknown.push((id, text));
+                    StoredText::Inline(text)
+                }
+            },
+            (None, Some(text), _) => StoredText::Inline(text),
+        }
+    })
+}
+
 /// Requests as parallel arrays, the shape `UNNEST` inserts in one statement.
 #[derive(Default)]
 struct RequestRows {
@@ -280,7 +370,7 @@ struct RequestRows {
 }
 
 impl RequestRows {
-    fn push<'r>(&mut self, r: &'r RequestTrace, in_vocab: impl FnMut(u32, &'r str) -> bool) {
+    fn push(&mut self, r: &RequestTrace, tokens: Option<Vec<u8>>) {
         let m = request_metrics(r);
         let detail = Detail {
             queued_ns: r.queued_ns,
@@ -310,9 +400,7 @@ impl RequestRows {
             .push(r.parent_span_id.as_deref().and_then(unhex));
         self.detail
             .push(serde_json::to_value(detail).expect("Detail serializes to JSON"));
-        self.tokens.push(
-            (!r.tokens.is_empty()).then(|| token_block::encode(&r.tokens, r.arrival_ns, in_vocab)),
-        );
+        self.tokens.push(tokens);
     }
 
     /// Keeps the rows not stored yet: not in `existing`, and not repeated earlier in this batch.
