@@ -141,13 +141,7 @@ async fn a_token_another_replica_stored_first_with_another_text_keeps_its_own_te
     // The same model on two instances; b's engine decodes every token differently from a's.
     let first = fixtures::request("first", T0, 40, 3, 1, 7);
     let mut second = fixtures::request("second", T0 + 1_000_000, 40, 3, 1, 7);
-    for t in &mut second.tokens {
-        let texts =
-            std::iter::once(&mut t.text).chain(t.candidates.iter_mut().map(|c| &mut c.text));
-        for text in texts.flatten() {
-            text.insert(0, '~');
-        }
-    }
+    decoded_differently(&mut second);
     for (app, instance, r) in [(&a, "gpu-a", &first), (&b, "gpu-b", &second)] {
         let batch = export(&fixtures::resource(instance), std::slice::from_ref(r), &[]);
         let reply = app.grpc().await.export(batch).await.unwrap().into_inner();

@@ -51,6 +51,17 @@ async fn texts_read(app: &TestApp, request_id: &str) -> Vec<Option<String>> {
         .collect()
 }
 
+/// The distinct ids of a request's tokens and candidates.
+fn ids_of(r: &RequestTrace) -> HashSet<u32> {
+    (r.tokens.iter())
+        .flat_map(|t| {
+            t.token_id
+                .into_iter()
+                .chain(t.candidates.iter().filter_map(|c| c.token_id))
+        })
+        .collect()
+}
+
 fn texts_sent(r: &RequestTrace) -> Vec<Option<String>> {
     r.tokens
         .iter()
@@ -67,16 +78,7 @@ async fn texts_by_id_read_back_as_sent_and_later_exports_leave_them_out() {
     let b = spawn_on(a.database_url.clone(), |_| {}).await;
     let first = fixtures::request("first", T0, 60, 4, 1, 11);
     let (export, carried) = by_id("gpu-0", std::slice::from_ref(&first), &HashSet::new());
-    let distinct: HashSet<u32> = first
-        .tokens
-        .iter()
-        .flat_map(|t| {
-            t.token_id
-                .into_iter()
-                .chain(t.candidates.iter().filter_map(|c| c.token_id))
-        })
-        .collect();
-    assert_eq!(carried.len(), distinct.len(), "each id's text once");
+    assert_eq!(carried.len(), ids_of(&first).len(), "each id's text once");
     let reply = a.grpc().await.export(export).await.unwrap().into_inner();
     assert_eq!((reply.accepted_requests, reply.texts_missing), (1, 0));
     assert_eq!(texts_read(&a, "first").await, texts_sent(&first));
@@ -111,15 +113,7 @@ async fn texts_by_id_read_back_as_sent_and_later_exports_leave_them_out() {
 async fn texts_the_server_lacks_are_reported_and_show_once_they_are_sent() {
     let app = spawn_app().await;
     let lost = fixtures::request("lost", T0, 30, 3, 1, 21);
-    let ids: HashSet<u32> = lost
-        .tokens
-        .iter()
-        .flat_map(|t| {
-            t.token_id
-                .into_iter()
-                .chain(t.candidates.iter().filter_map(|c| c.token_id))
-        })
-        .collect();
+    let ids = ids_of(&lost);
     // The exporter believes the server has every text (say its database was replaced).
     let (export, _) = by_id("gpu-0", std::slice::from_ref(&lost), &ids);
     let reply = app.grpc().await.export(export).await.unwrap().into_inner();
@@ -152,13 +146,7 @@ async fn a_text_by_id_unlike_the_stored_one_is_kept_with_its_tokens() {
     app.grpc().await.export(batch).await.unwrap();
     // Another engine of the same model decodes every token differently.
     let mut second = fixtures::request("second", T0 + 1_000_000, 40, 3, 1, 7);
-    for t in &mut second.tokens {
-        let texts =
-            std::iter::once(&mut t.text).chain(t.candidates.iter_mut().map(|c| &mut c.text));
-        for text in texts.flatten() {
-            text.insert(0, '~');
-        }
-    }
+    decoded_differently(&mut second);
     let (export, _) = by_id("gpu-b", std::slice::from_ref(&second), &HashSet::new());
     let reply = app.grpc().await.export(export).await.unwrap().into_inner();
     assert_eq!((reply.accepted_requests, reply.texts_missing), (1, 0));

@@ -169,6 +169,18 @@ pub fn export(
     }
 }
 
+/// Every token and candidate text of `r` changed, as by an engine that decodes differently
+/// (prefixed with `~`).
+pub fn decoded_differently(r: &mut RequestTrace) {
+    for t in &mut r.tokens {
+        let texts =
+            std::iter::once(&mut t.text).chain(t.candidates.iter_mut().map(|c| &mut c.text));
+        for text in texts.flatten() {
+            text.insert(0, '~');
+        }
+    }
+}
+
 /// 2026-11-30T07:00:00Z in Unix nanoseconds.
 pub const T0: i64 = 1_796_022_000_000_000_000;
 
