@@ -25,6 +25,8 @@ use tokenscope::proto::v1;
 use tokenscope::store::{ById, Lacking, encode_tokens, vocab::VocabCache};
 
 const EXPORTS: usize = 48;
+/// Instances the exports cycle through, each with its own exporter (as in the end-to-end run).
+const INSTANCES: usize = 4;
 const MODEL: i32 = 1;
 
 /// A length-limited view of a receive buffer whose `advance` is checked at each layer, the way
@@ -60,7 +62,7 @@ fn main() {
 fn measure(shape: &Shape) {
     // Exports from a run's steady state: each exporter has sent most ids' texts already.
     let steady = EXPORTS..2 * EXPORTS;
-    let wire: Vec<Vec<u8>> = exports(steady.clone(), shape)
+    let wire: Vec<Vec<u8>> = exports(steady.clone(), shape, INSTANCES)
         .iter()
         .map(Message::encode_to_vec)
         .collect();
@@ -71,7 +73,7 @@ fn measure(shape: &Shape) {
         texts_by_id: false,
         ..*shape
     };
-    for e in exports(steady, &with_texts) {
+    for e in exports(steady, &with_texts, INSTANCES) {
         for r in e.resource_traces.iter().flat_map(|rt| &rt.requests) {
             let c = r.tokens.as_ref().expect("tokens");
             let ids = c.token_id.iter().chain(&c.candidate_token_id);

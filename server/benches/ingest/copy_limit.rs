@@ -8,7 +8,7 @@ use tokenscope::fixtures::Rng;
 
 use super::common::fresh_database;
 use super::drive::drive;
-use super::{CONCURRENCY, Run};
+use super::{Run, senders};
 
 const BYTES_PER_TOKEN: usize = 24;
 const TOKENS_PER_ROW: usize = 512;
@@ -29,7 +29,7 @@ fn body(copy: usize, rng: &mut Rng) -> Vec<u8> {
             .map(|_| rng.next_u64() as u8)
             .collect();
         out.extend(4i16.to_be_bytes());
-        field(&mut out, &((copy % CONCURRENCY) as i32).to_be_bytes());
+        field(&mut out, &((copy % senders()) as i32).to_be_bytes());
         field(&mut out, id.as_bytes());
         field(&mut out, &(n as i64).to_be_bytes());
         field(&mut out, &tokens);
@@ -46,7 +46,7 @@ fn field(out: &mut Vec<u8>, value: &[u8]) {
 pub async fn run() -> Run {
     let url = fresh_database().await;
     let pool = PgPoolOptions::new()
-        .max_connections(CONCURRENCY as u32)
+        .max_connections(senders() as u32)
         .connect(&url)
         .await
         .unwrap();
@@ -62,7 +62,7 @@ pub async fn run() -> Run {
     drive(
         COPIES * ROWS_PER_COPY * TOKENS_PER_ROW,
         bodies,
-        CONCURRENCY,
+        senders(),
         || pool.clone(),
         |pool, body| async move {
             let mut tx = pool.begin().await.unwrap();

@@ -35,8 +35,18 @@ use tokenscope::store::token_block;
 
 const TOP_K: usize = 5;
 const T0: i64 = 1_796_022_000_000_000_000;
-/// Senders in flight at once.
+/// Senders in flight at once, unless `TOKENSCOPE_BENCH_SENDERS` says otherwise: with four, the
+/// machine idles while commits wait on a slow disk; more fill it (the native runs then use as
+/// many instances, one sender each).
 const CONCURRENCY: usize = 4;
+
+fn senders() -> usize {
+    std::env::var("TOKENSCOPE_BENCH_SENDERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(CONCURRENCY)
+}
 
 /// What one end-to-end run achieved.
 pub struct Run {
@@ -125,7 +135,8 @@ fn wants(part: &str) -> bool {
 async fn end_to_end() {
     let limit = copy_limit::run().await;
     println!(
-        "end to end on this machine (server, Postgres and {CONCURRENCY} senders share its cores; fsync on):"
+        "end to end on this machine (server, Postgres and {} senders share its cores; fsync on):",
+        senders()
     );
     limit.print("raw COPY, 24 bytes a token", limit.tokens_per_s());
     let limit = limit.tokens_per_s();

@@ -1,7 +1,8 @@
 //! Native gRPC ingest: 120 exports of 32 requests × 512 tokens with top-5 candidates (texts by
-//! id, and ids), every 16 requests sharing one iteration record per step, over four instances;
-//! then as many tokens in the `SERVING` shape (decode batches of 64, Zipf-distributed ids), and
-//! in the first shape with a text sent with every token.
+//! id, and ids), every 16 requests sharing one iteration record per step, over one instance per
+//! sender (four unless `TOKENSCOPE_BENCH_SENDERS` says otherwise); then as many tokens in the
+//! `SERVING` shape (decode batches of 64, Zipf-distributed ids), and in the first shape with a
+//! text sent with every token.
 
 use prost::Message;
 use tonic::codegen::Bytes;
@@ -14,7 +15,7 @@ use super::drive::drive;
 use super::native_exports::{
     BENCH, GROUP, SERVING, Shape, TEXTS_PER_TOKEN, TOKENS_PER_REQUEST, TOP_K, exports,
 };
-use super::{CONCURRENCY, Run, connect, relation_bytes};
+use super::{Run, connect, relation_bytes, senders};
 
 const BATCHES: usize = 120;
 /// Batches sent first, untimed apart: token ids are uniform over a 128k vocabulary, and after
@@ -51,14 +52,14 @@ pub async fn run_texts_per_token(app: &TestApp) -> Run {
 
 async fn send(url: &str, batches: std::ops::Range<usize>, shape: &'static Shape) -> Run {
     let tokens = batches.len() * shape.requests * shape.tokens;
-    let bodies: Vec<Bytes> = exports(batches, shape)
+    let bodies: Vec<Bytes> = exports(batches, shape, senders())
         .iter()
         .map(|e| Bytes::from(e.encode_to_vec()))
         .collect();
     drive(
         tokens,
         bodies,
-        CONCURRENCY,
+        senders(),
         || {
             Channel::from_shared(url.to_string())
                 .unwrap()

@@ -9,7 +9,7 @@ use tokenscope::fixtures::Rng;
 use super::common::TestApp;
 use super::drive::drive;
 use super::vllm_spans::{SPANS_PER_EXPORT, TOKENS, export};
-use super::{CONCURRENCY, Run};
+use super::{Run, senders};
 
 const EXPORTS: usize = 480;
 /// Exports sent first, timed apart: candidate ids are uniform over 100k, and after 40 exports
@@ -39,7 +39,7 @@ async fn send(url: &str, exports: std::ops::Range<usize>, rng: &mut Rng) -> Run 
     drive(
         tokens,
         bodies,
-        CONCURRENCY,
+        senders(),
         reqwest::Client::new,
         move |client, body| {
             let url = url.clone();

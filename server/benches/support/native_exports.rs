@@ -1,5 +1,5 @@
 //! Native exports for the benches: 32 requests × 512 tokens with top-5 candidates (texts and
-//! ids), every 16 requests sharing one iteration record per step, over four instances. A second
+//! ids), every 16 requests sharing one iteration record per step, over several instances. A second
 //! shape, [`SERVING`], is closer to a busy engine: decode batches of 64 and Zipf-distributed ids.
 //! Both send texts by id, as tokenscope's exporters do; [`TEXTS_PER_TOKEN`] sends them with each
 //! token, as other senders may.
@@ -14,8 +14,6 @@ use tokenscope::proto::v1;
 pub const TOKENS_PER_REQUEST: usize = 512;
 pub const REQUESTS_PER_BATCH: usize = 32;
 pub const TOP_K: usize = 5;
-/// Instances the exports cycle through (one per sender in the end-to-end run).
-pub const INSTANCES: usize = 4;
 /// Requests decoded together, sharing iterations (a realistic decode batch).
 pub const GROUP: usize = 16;
 const T0: i64 = 1_796_022_000_000_000_000;
@@ -65,16 +63,16 @@ pub const SERVING: Shape = Shape {
     texts_by_id: true,
 };
 
-/// Exports `range` of a run in `shape`, as the exporters send them: with texts by id, each
-/// instance's exporter leaves out the texts its earlier exports carried (one sender per instance
-/// sends them in order, so each was acknowledged before the next was sent).
-pub fn exports(range: Range<usize>, shape: &Shape) -> Vec<v1::ExportRequest> {
+/// Exports `range` of a run in `shape`, cycling through `instances`, as the exporters send them:
+/// with texts by id, each instance's exporter leaves out the texts its earlier exports carried
+/// (one sender per instance sends them in order, so each was acknowledged before the next).
+pub fn exports(range: Range<usize>, shape: &Shape, instances: usize) -> Vec<v1::ExportRequest> {
     let mut sent: HashMap<usize, HashSet<u32>> = HashMap::new();
     let mut out = Vec::with_capacity(range.len());
     for b in 0..range.end {
-        let mut export = shaped(b, shape);
+        let mut export = shaped(b, shape, instances);
         if shape.texts_by_id {
-            let sent = sent.entry(b % INSTANCES).or_default();
+            let sent = sent.entry(b % instances).or_default();
             let carried = intern_texts(&mut export.resource_traces[0], sent);
             sent.extend(carried);
         }
@@ -87,7 +85,7 @@ pub fn exports(range: Range<usize>, shape: &Shape) -> Vec<v1::ExportRequest> {
 
 /// Export number `b`, texts with every token: its requests' ids and times follow on from export
 /// `b - 1`'s.
-fn shaped(b: usize, shape: &Shape) -> v1::ExportRequest {
+fn shaped(b: usize, shape: &Shape, instances: usize) -> v1::ExportRequest {
     let requests: Vec<_> = (0..shape.requests)
         .map(|i| {
             let n = b * shape.requests + i;
@@ -123,7 +121,7 @@ fn shaped(b: usize, shape: &Shape) -> v1::ExportRequest {
         .chunks(shape.group)
         .flat_map(|g| fixtures::shared_iterations(g, 2))
         .collect();
-    let instance = format!("{}-gpu-{}", shape.name, b % INSTANCES);
+    let instance = format!("{}-gpu-{}", shape.name, b % instances);
     v1::ExportRequest {
         resource_traces: vec![to_wire(
             &fixtures::resource(&instance),
