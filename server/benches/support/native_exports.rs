@@ -45,7 +45,7 @@ pub const BENCH: Shape = Shape {
 };
 
 /// [`BENCH`] with a text sent with every token and candidate, as all figures before 2026-12-02
-/// (afternoon) were measured.
+/// (late morning) were measured.
 pub const TEXTS_PER_TOKEN: Shape = Shape {
     name: "texts",
     texts_by_id: false,
