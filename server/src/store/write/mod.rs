@@ -2,7 +2,7 @@
 
 mod iterations;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -304,7 +304,7 @@ fn seen_range(batch: &ResourceBatch) -> (Nanos, Nanos) {
 pub struct ById<'t> {
     /// Ids whose text in the export is not the vocabulary's (another writer stored another, or
     /// the text cannot be stored there): their tokens store the export's text.
-    pub own: HashMap<u32, &'t str>,
+    pub own: foldhash::HashMap<u32, &'t str>,
 }
 
 /// What the vocabulary lacked while blocks were encoded.
