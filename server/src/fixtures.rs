@@ -192,9 +192,9 @@ pub fn iterations_for(r: &RequestTrace, batch_size: u32, waiting: u32) -> Vec<It
             batch: (0..batch_size)
                 .map(|k| BatchEntry {
                     request_id: if k == 0 {
-                        r.request_id.clone()
+                        r.request_id.as_str().into()
                     } else {
-                        format!("other-{k}")
+                        format!("other-{k}").into()
                     },
                     phase: Phase::Decode,
                     tokens: 1,
@@ -219,7 +219,7 @@ pub fn shared_iterations(group: &[RequestTrace], waiting: u32) -> Vec<Iteration>
         it.batch = group
             .iter()
             .map(|r| BatchEntry {
-                request_id: r.request_id.clone(),
+                request_id: r.request_id.as_str().into(),
                 phase: Phase::Decode,
                 tokens: 1,
                 prefill_offset: 0,

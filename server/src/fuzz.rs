@@ -185,7 +185,7 @@ mod tests {
             .iter()
             .flat_map(|i| &i.batch)
             .enumerate()
-            .map(|(k, e)| (e.request_id.clone(), k as i64))
+            .map(|(k, e)| (e.request_id.to_string(), k as i64))
             .collect();
         for (i, it) in its.iter().enumerate() {
             let block = batch_block::encode(&it.batch, &keys).unwrap();

@@ -1,5 +1,7 @@
 //! One engine scheduler step and the batch it ran: the evidence for interference between requests.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::Nanos;
@@ -13,7 +15,10 @@ pub enum Phase {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatchEntry {
-    pub request_id: String,
+    /// Shared: a batch names the same requests step after step, so an export's steps hold one
+    /// copy of each id (the native format sends each once, `ResourceTraces.request_ids`).
+    #[serde(with = "shared_str")]
+    pub request_id: Arc<str>,
     pub phase: Phase,
     /// Tokens computed for this request in this step (chunk size, or 1 for plain decode).
     pub tokens: u32,
@@ -30,6 +35,22 @@ pub struct Iteration {
     pub running: u32,
     pub waiting: u32,
     pub kv_cache_usage: f32,
+}
+
+/// `Arc<str>` as a JSON string (serde's own impl needs its `rc` feature, which would rebuild
+/// every crate that uses serde for one field).
+mod shared_str {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(s: &Arc<str>, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        String::deserialize(d).map(Arc::from)
+    }
 }
 
 impl Iteration {

@@ -8,6 +8,7 @@ use app::model::{
 
 use std::collections::HashSet;
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
 use super::{Decoded, Item, ItemKind, ResourceBatch, normalize};
 use crate::proto::v1;
@@ -52,9 +53,11 @@ pub fn decode(export: v1::ExportRequest) -> Decoded {
                 Err(e) => out.reject(ItemKind::Request, &label, e),
             }
         }
+        // One shared copy of each id the batches name by reference.
+        let ids: Vec<Arc<str>> = rt.request_ids.into_iter().map(Arc::from).collect();
         for (j, it) in rt.iterations.into_iter().enumerate() {
             let label = format!("{at}.iterations[{j}] (iteration_id {})", it.iteration_id);
-            match iteration(it) {
+            match iteration(it, &ids) {
                 Ok(value) => batch.iterations.push(Item { label, value }),
                 Err(e) => out.reject(ItemKind::Iteration, &label, e),
             }
@@ -332,12 +335,15 @@ fn special_token(code: i32) -> Option<SpecialToken> {
     })
 }
 
-fn iteration(it: v1::Iteration) -> Result<Iteration, FieldError> {
+/// An iteration whose batch entries name their requests by id or by reference into `ids`
+/// (`ResourceTraces.request_ids`).
+fn iteration(it: v1::Iteration, ids: &[Arc<str>]) -> Result<Iteration, FieldError> {
     let batch = it
         .batch
         .into_iter()
         .enumerate()
         .map(|(i, e)| {
+            let request_id = batch_request(i, e.request_id, e.request_ref, ids)?;
             let phase = match v1::Phase::try_from(e.phase) {
                 Ok(v1::Phase::Prefill) => Phase::Prefill,
                 Ok(v1::Phase::Decode) => Phase::Decode,
@@ -349,7 +355,7 @@ fn iteration(it: v1::Iteration) -> Result<Iteration, FieldError> {
                 }
             };
             Ok(BatchEntry {
-                request_id: e.request_id,
+                request_id,
                 phase,
                 tokens: e.tokens,
                 prefill_offset: e.prefill_offset,
@@ -369,6 +375,33 @@ fn iteration(it: v1::Iteration) -> Result<Iteration, FieldError> {
     Ok(it)
 }
 
+/// The request a batch entry names: by its id or by `request_ref` (1 + its position in `ids`).
+fn batch_request(
+    i: usize,
+    id: String,
+    reference: u32,
+    ids: &[Arc<str>],
+) -> Result<Arc<str>, FieldError> {
+    if reference == 0 {
+        return Ok(Arc::from(id));
+    }
+    if !id.is_empty() {
+        return Err(FieldError::new(
+            format!("batch[{i}]"),
+            "has both request_id and request_ref; set one",
+        ));
+    }
+    ids.get(reference as usize - 1).cloned().ok_or_else(|| {
+        FieldError::new(
+            format!("batch[{i}].request_ref"),
+            format!(
+                "{reference} is past the {} ids in the resource's request_ids",
+                ids.len()
+            ),
+        )
+    })
+}
+
 /// The inverse adapter, model → wire: used by clients (tests, benchmarks, and the simulator) so
 /// that what they send is exactly what a model value means.
 pub fn to_wire(
@@ -376,6 +409,7 @@ pub fn to_wire(
     requests: &[RequestTrace],
     iterations: &[Iteration],
 ) -> v1::ResourceTraces {
+    let mut refs = RequestRefs::default();
     v1::ResourceTraces {
         resource: Some(v1::Resource {
             engine: match resource.engine {
@@ -395,8 +429,30 @@ pub fn to_wire(
             host: resource.host.clone(),
         }),
         requests: requests.iter().map(request_to_wire).collect(),
-        iterations: iterations.iter().map(iteration_to_wire).collect(),
+        iterations: iterations
+            .iter()
+            .map(|it| iteration_to_wire(it, &mut refs))
+            .collect(),
         token_texts: None,
+        request_ids: refs.ids,
+    }
+}
+
+/// The request ids an export's batch entries name by reference, each listed once.
+#[derive(Default)]
+struct RequestRefs<'a> {
+    ids: Vec<String>,
+    // foldhash: one lookup per batch entry of every step the simulator sends.
+    refs: foldhash::HashMap<&'a str, u32>,
+}
+
+impl<'a> RequestRefs<'a> {
+    /// `id`'s `request_ref`: 1 + its position in `ids`, listing it if it is new.
+    fn of(&mut self, id: &'a str) -> u32 {
+        *self.refs.entry(id).or_insert_with(|| {
+            self.ids.push(id.to_owned());
+            self.ids.len() as u32
+        })
     }
 }
 
@@ -545,7 +601,7 @@ fn request_to_wire(r: &RequestTrace) -> v1::Request {
     }
 }
 
-fn iteration_to_wire(it: &model::Iteration) -> v1::Iteration {
+fn iteration_to_wire<'a>(it: &'a model::Iteration, refs: &mut RequestRefs<'a>) -> v1::Iteration {
     v1::Iteration {
         iteration_id: it.iteration_id,
         start_ns: it.start_ns,
@@ -554,7 +610,8 @@ fn iteration_to_wire(it: &model::Iteration) -> v1::Iteration {
             .batch
             .iter()
             .map(|e| v1::BatchEntry {
-                request_id: e.request_id.clone(),
+                request_id: String::new(),
+                request_ref: refs.of(&e.request_id),
                 phase: match e.phase {
                     Phase::Prefill => v1::Phase::Prefill,
                     Phase::Decode => v1::Phase::Decode,

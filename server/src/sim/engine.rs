@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use app::model::{
     BatchEntry, FinishReason, Iteration, Nanos, Phase, Preemption, PrefillChunk, RequestTrace,
@@ -60,6 +61,8 @@ pub struct SimRequest {
 
 struct State {
     req: SimRequest,
+    /// `req.id`, shared by the batch entries of every step that runs the request.
+    batch_id: Arc<str>,
     /// Tokens that must be (re)computed before decoding: uncached prompt, plus generated tokens
     /// after a recompute preemption.
     to_prefill: u32,
@@ -177,6 +180,7 @@ fn simulate(
     let mut states: Vec<State> = requests
         .into_iter()
         .map(|req| State {
+            batch_id: Arc::from(req.id.as_str()),
             to_prefill: if req.kv_received {
                 0
             } else {
@@ -340,7 +344,7 @@ fn simulate(
             let s = &mut states[i];
             s.first_scheduled.get_or_insert(now);
             batch.push(BatchEntry {
-                request_id: s.req.id.clone(),
+                request_id: s.batch_id.clone(),
                 phase: Phase::Prefill,
                 tokens: n,
                 prefill_offset: s.prefilled,
@@ -369,7 +373,7 @@ fn simulate(
             let s = &mut states[i];
             s.first_scheduled.get_or_insert(now);
             batch.push(BatchEntry {
-                request_id: s.req.id.clone(),
+                request_id: s.batch_id.clone(),
                 phase: Phase::Decode,
                 tokens: 1,
                 prefill_offset: 0,

@@ -5,6 +5,7 @@
 //! text would cost more than the tokens themselves. Version 1 rows (ids inline) still decode.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use app::model::{BatchEntry, Phase};
 
@@ -40,7 +41,7 @@ pub fn encode<S: std::hash::BuildHasher>(
     w.varint(batch.len() as u64);
     for e in batch {
         let key = keys
-            .get(&e.request_id)
+            .get(&*e.request_id)
             .ok_or_else(|| Error::Internal(format!("no request key for {:?}", e.request_id)))?;
         w.varint(*key as u64);
         w.u8(phase_code(e.phase));
@@ -95,12 +96,12 @@ pub fn keys<'a>(entries: impl IntoIterator<Item = &'a Stored>) -> impl Iterator<
 }
 
 /// The entries with their request ids, from the keys' ids.
-pub fn resolve(entries: Vec<Stored>, ids: &HashMap<i64, String>) -> Result<Vec<BatchEntry>> {
+pub fn resolve(entries: Vec<Stored>, ids: &HashMap<i64, Arc<str>>) -> Result<Vec<BatchEntry>> {
     entries
         .into_iter()
         .map(|e| {
             let request_id = match e.who {
-                Who::Id(id) => id,
+                Who::Id(id) => Arc::from(id),
                 Who::Key(k) => ids
                     .get(&k)
                     .cloned()
@@ -140,7 +141,7 @@ mod tests {
     #[test]
     fn round_trips_through_keys() {
         let batch = batch();
-        let keys: HashMap<String, i64> = [(batch[0].request_id.clone(), 7), ("b".into(), 300)]
+        let keys: HashMap<String, i64> = [(batch[0].request_id.to_string(), 7), ("b".into(), 300)]
             .into_iter()
             .collect();
         let block = encode(&batch, &keys).unwrap();
@@ -155,8 +156,10 @@ mod tests {
         assert!(encode(&batch, &HashMap::new()).is_err(), "id without a key");
     }
 
-    fn keys_to_ids(keys: &HashMap<String, i64>) -> HashMap<i64, String> {
-        keys.iter().map(|(id, k)| (*k, id.clone())).collect()
+    fn keys_to_ids(keys: &HashMap<String, i64>) -> HashMap<i64, Arc<str>> {
+        keys.iter()
+            .map(|(id, k)| (*k, Arc::from(id.as_str())))
+            .collect()
     }
 
     #[test]
@@ -171,7 +174,7 @@ mod tests {
         w.varint(0);
         let stored = decode(&w.buf).unwrap();
         let entries = resolve(stored, &HashMap::new()).unwrap();
-        assert_eq!(entries[0].request_id, "a");
+        assert_eq!(&*entries[0].request_id, "a");
         assert_eq!(entries[0].phase, Phase::Decode);
     }
 
@@ -191,7 +194,7 @@ mod tests {
                 let batch: Vec<BatchEntry> = raw
                     .into_iter()
                     .map(|(r, prefill, tokens, prefill_offset)| BatchEntry {
-                        request_id: format!("req-{r}"),
+                        request_id: format!("req-{r}").into(),
                         phase: if prefill { Phase::Prefill } else { Phase::Decode },
                         tokens,
                         prefill_offset,

@@ -1,6 +1,7 @@
 //! The read path: request lists, one request with its tokens, instances.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use app::analysis::{
     pd,
@@ -467,7 +468,10 @@ impl Store {
                     waiting: count(row.waiting),
                     prefill_tokens: count(row.prefill_tokens),
                     decode_tokens: count(row.decode_tokens),
-                    prefill_requests: prefill.into_iter().map(|e| e.request_id).collect(),
+                    prefill_requests: prefill
+                        .into_iter()
+                        .map(|e| e.request_id.to_string())
+                        .collect(),
                 })
             })
             .collect()
@@ -481,7 +485,7 @@ impl Store {
         let mut keys: Vec<i64> = batch_block::keys(batches.iter().flatten()).collect();
         keys.sort_unstable();
         keys.dedup();
-        let ids: HashMap<i64, String> = if keys.is_empty() {
+        let ids: HashMap<i64, Arc<str>> = if keys.is_empty() {
             HashMap::new()
         } else {
             sqlx::query!(
@@ -491,7 +495,7 @@ impl Store {
             .fetch_all(&self.pool)
             .await?
             .into_iter()
-            .map(|r| (r.key, r.request_id))
+            .map(|r| (r.key, Arc::from(r.request_id)))
             .collect()
         };
         batches

@@ -29,12 +29,12 @@ fn prefill_between(
             for e in it
                 .batch
                 .iter()
-                .filter(|e| e.phase == Phase::Prefill && e.request_id != victim)
+                .filter(|e| e.phase == Phase::Prefill && *e.request_id != *victim)
             {
                 // A step's time is shared by its prefills in proportion to their tokens.
                 let share = (it.end_ns - it.start_ns) as f64 * f64::from(e.tokens)
                     / f64::from(total.max(1));
-                let slot = by.entry(e.request_id.clone()).or_default();
+                let slot = by.entry(e.request_id.to_string()).or_default();
                 slot.0 += share as Nanos;
                 slot.1 += u64::from(e.tokens);
             }

@@ -138,10 +138,10 @@ fn from_steps(r: &RequestTrace, from: Nanos, to: Nanos, steps: &[Iteration]) -> 
         let owner = it
             .batch
             .iter()
-            .filter(|e| e.phase == Phase::Prefill && e.request_id != r.request_id)
+            .filter(|e| e.phase == Phase::Prefill && *e.request_id != *r.request_id)
             .max_by_key(|e| e.tokens)
             .filter(|e| total > 0 && e.tokens * 2 >= total)
-            .map(|e| (e.request_id.clone(), e.tokens));
+            .map(|e| (e.request_id.to_string(), e.tokens));
         let took = it.end_ns.min(to) - it.start_ns.max(from);
         if let Some((id, k)) = &owner {
             let slot = held.entry(id.clone()).or_default();

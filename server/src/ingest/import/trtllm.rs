@@ -494,7 +494,7 @@ fn request(
             iteration: iteration.map(u64::from),
         });
         let entry = BatchEntry {
-            request_id: rec.request_id.clone(),
+            request_id: rec.request_id.as_str().into(),
             phase: Phase::Prefill,
             tokens: tokens_in_chunk,
             prefill_offset: 0,
@@ -549,7 +549,7 @@ fn request(
             });
         }
         let entry = BatchEntry {
-            request_id: rec.request_id.clone(),
+            request_id: rec.request_id.as_str().into(),
             phase: Phase::Decode,
             tokens: n,
             prefill_offset: 0,

@@ -255,7 +255,7 @@ async fn request_keys(
     let mut seen: IdMap<Nanos> = IdMap::default();
     for it in its {
         for e in &it.batch {
-            let at = seen.entry(e.request_id.as_str()).or_insert(it.start_ns);
+            let at = seen.entry(&*e.request_id).or_insert(it.start_ns);
             *at = (*at).min(it.start_ns);
         }
     }
