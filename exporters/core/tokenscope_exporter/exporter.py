@@ -142,7 +142,10 @@ class Exporter:
         # Requests' texts go by id when the recorder has a tokenizer (`Texts`).
         texts = getattr(self.recorder, "texts", None)
         by_id = texts.take() if requests and texts is not None and texts.available() else None
-        body = wire.export_request(wire.resource_traces(self.resource, requests, iterations, by_id))
+        # The ids the steps' batches refer to (`RequestRefs`): numbered for this export only.
+        refs = getattr(self.recorder, "refs", None)
+        request_ids = refs.take() if refs is not None else ()
+        body = wire.export_request(wire.resource_traces(self.resource, requests, iterations, by_id, request_ids))
         try:
             raw = self._rpc()(body, timeout=self.timeout_s, metadata=self._metadata)
             reply = wire.decode_export_response(raw)

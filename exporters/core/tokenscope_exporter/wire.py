@@ -108,12 +108,26 @@ def resource(engine: int, engine_version: str, model: str, instance_id: str, rol
     )
 
 
-def batch_entry(request_id: str, phase: int, tokens: int, prefill_offset: int) -> bytes:
-    """A `BatchEntry` as the `batch` field (4) of an `Iteration`."""
+def batch_entry(request_ref: int, phase: int, tokens: int, prefill_offset: int) -> bytes:
+    """A `BatchEntry` as the `batch` field (4) of an `Iteration`, naming its request by reference
+    (`request_ref`, 1 + the id's place in the export's `request_ids`; see `refs.py`)."""
     return message(
         4,
-        string(1, request_id) + uint(2, phase) + uint(3, tokens) + uint(4, prefill_offset),
+        uint(5, request_ref) + uint(2, phase) + uint(3, tokens) + uint(4, prefill_offset),
     )
+
+
+def read_batch(batch: bytes):
+    """The (request_ref, phase, tokens, prefill_offset) of each entry `batch_entry` wrote."""
+    i = 0
+    while i < len(batch):
+        _, i = _read_varint(batch, i)  # the batch field's tag
+        size, i = _read_varint(batch, i)
+        end, fields = i + size, {}
+        while i < end:
+            key, i = _read_varint(batch, i)
+            fields[key >> 3], i = _read_varint(batch, i)
+        yield fields.get(5, 0), fields.get(2, 0), fields.get(3, 0), fields.get(4, 0)
 
 
 def iteration(
@@ -138,15 +152,16 @@ def iteration(
 
 
 def resource_traces(
-    resource_bytes: bytes, requests: list[bytes], iterations: list[bytes], token_texts=None
+    resource_bytes: bytes, requests: list[bytes], iterations: list[bytes], token_texts=None, request_ids=()
 ) -> bytes:
-    """One `ResourceTraces`: field 1 resource, 2 requests, 3 iterations, and 4 the token texts by
+    """One `ResourceTraces`: field 1 resource, 2 requests, 3 iterations, 4 the token texts by
     id when `token_texts` is given as (ids, texts) (present even when empty: it says the
-    requests' texts go by id)."""
+    requests' texts go by id), and 5 the request ids the iterations' batch entries refer to."""
     out = (
         message(1, resource_bytes)
         + b"".join(length_delimited(2, r) for r in requests)
         + b"".join(length_delimited(3, i) for i in iterations)
+        + b"".join(length_delimited(5, rid.encode()) for rid in request_ids)
     )
     if token_texts is not None:
         ids, texts = token_texts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from tokenscope_exporter import wire
+from tokenscope_exporter.refs import RequestRefs
 
 
 def test_packed_varints_written_at_once_equal_one_by_one():
@@ -15,3 +16,30 @@ def test_packed_varints_written_at_once_equal_one_by_one():
         one_by_one = b"".join(wire.varint(v) for v in values)
         assert wire._varints_np(values) == one_by_one
         assert wire.packed_varints(9, values) == wire.length_delimited(9, one_by_one)
+
+
+def test_batch_entries_read_back_as_written():
+    entries = [(1, wire.PHASE_PREFILL, 512, 1024), (300, wire.PHASE_DECODE, 1, 0), (2, wire.PHASE_DECODE, 3, 0)]
+    batch = b"".join(wire.batch_entry(*e) for e in entries)
+    assert list(wire.read_batch(batch)) == entries
+
+
+def test_request_refs_number_each_export_from_one():
+    refs = RequestRefs()
+    known = {"a", "b", "c"}
+    first = refs.decode_batch(["b", "a", "lost"], known) + refs.entry("c", wire.PHASE_PREFILL, 64, 0)
+    assert refs.ids == ["b", "a", "c"]
+    assert [e[0] for e in wire.read_batch(first)] == [1, 2, 3], "the unknown request is left out"
+    numbered_against = refs.ids
+    # A step launched before a send and ended after it: renumbered into the next export's list.
+    assert refs.take() == ["b", "a", "c"]
+    refs.decode_batch(["c"], known)
+    moved = refs.current(first, numbered_against)
+    assert refs.ids == ["c", "b", "a"]
+    assert list(wire.read_batch(moved)) == [
+        (2, wire.PHASE_DECODE, 1, 0),
+        (3, wire.PHASE_DECODE, 1, 0),
+        (1, wire.PHASE_PREFILL, 64, 0),
+    ]
+    # A batch numbered against the current list is sent as it is.
+    assert refs.current(moved, refs.ids) is moved

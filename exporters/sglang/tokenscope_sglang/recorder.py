@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from tokenscope_exporter import Texts, wire
+from tokenscope_exporter.refs import RequestRefs
 from tokenscope_exporter.record import RequestRecord, StepWindow
 
 # Every so many steps, requests that finished without running a step (aborted while waiting)
@@ -77,6 +78,8 @@ class Step:
     ran: frozenset
     silent: set
     batch: bytes
+    # The export's request ids the batch is numbered against (`RequestRefs.ids`).
+    ids: list
     # Prefill chunks: (record, tokens).
     prefills: list
     running: int
@@ -91,7 +94,9 @@ class Recorder:
     def __init__(self, texts: Texts | None = None) -> None:
         self.texts = texts or Texts()
         self.records: dict[str, Record] = {}
-        self.decode_entries: dict[str, bytes] = {}
+        # Batch entries name requests by reference into the export's ids; the exporter takes
+        # them as it sends.
+        self.refs = RequestRefs()
         # Launched steps waiting for their output, by SGLang's `forward_iter`.
         self.pending: dict[int, Step] = {}
         self.window = StepWindow()
@@ -101,7 +106,7 @@ class Recorder:
         self.iterations_out: list[bytes] = []
         self.unmatched_outputs = 0
         self.processed_steps = 0
-        # The last decode step's requests, encoding and id set.
+        # The last decode step's requests, encoding, id set and the ids it is numbered against.
         self.last_decode: tuple | None = None
 
     # --- events -------------------------------------------------------------------------------
@@ -126,7 +131,6 @@ class Recorder:
             prompt_tokens=len(req.origin_input_ids),
             sampling=Sampling.of(getattr(req, "sampling_params", None)),
         )
-        self.decode_entries[req.rid] = wire.batch_entry(req.rid, wire.PHASE_DECODE, 1, 0)
 
     def aborted(self, req, at_ns: int) -> None:
         """A request left without finishing (aborted while it waited, refused by the queue)."""
@@ -156,18 +160,19 @@ class Recorder:
         self.next_iteration += 1
         if mode.is_decode() or mode.is_target_verify():
             prev = self.last_decode
-            if prev is not None and prev[0] == reqs:
-                # The same requests as the step before (a comparison of references, in C): most
-                # decode steps. Their encoding and id set are the previous step's.
-                _, batch, ran = prev
+            if prev is not None and prev[0] == reqs and prev[3] is self.refs.ids:
+                # The same requests as the step before (a comparison of references, in C), in
+                # the same export: most decode steps. Their encoding and id set are the
+                # previous step's.
+                _, batch, ran, _ = prev
             else:
                 batch, ran = self._decode_batch(reqs), frozenset(req.rid for req in reqs)
-                self.last_decode = (reqs, batch, ran)
+                self.last_decode = (reqs, batch, ran, self.refs.ids)
             prefills, silent = [], set()
         else:
             batch, prefills, silent = self._mixed_batch(reqs, prefix_lens, extend_lens, decoding_reqs, chunked_req, start_ns, it)
             ran = frozenset(req.rid for req in reqs)
-        self.pending[forward_iter] = Step(it, start_ns, reqs, ran, silent, batch, prefills, running, waiting, kv_usage)
+        self.pending[forward_iter] = Step(it, start_ns, reqs, ran, silent, batch, self.refs.ids, prefills, running, waiting, kv_usage)
 
     def processed(self, forward_iter, end_ns: int) -> None:
         """The step's output has been applied: the step ends, and what finished in it is done."""
@@ -177,7 +182,9 @@ class Recorder:
             return
         step.end_ns = end_ns
         self.window.keep(step, self.records)
-        batch, step.batch = step.batch, b""
+        # Numbered for the export it goes in.
+        batch, step.batch = self.refs.current(step.batch, step.ids), b""
+        step.ids = []
         for r, tokens in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
         self.iterations_out.append(
@@ -202,18 +209,18 @@ class Recorder:
     # --- a step's batch -----------------------------------------------------------------------
 
     def _decode_batch(self, reqs) -> bytes:
-        entries = self.decode_entries
-        return b"".join(entries.get(req.rid, b"") for req in reqs)
+        # Requests whose arrival was dropped with a full buffer are left out.
+        return self.refs.decode_batch([req.rid for req in reqs], self.records)
 
     def _mixed_batch(self, reqs, prefix_lens, extend_lens, decoding_reqs, chunked_req, start_ns: int, it: int):
         """A prefill batch (SGLang's EXTEND), or one mixed with the running decodes (MIXED)."""
-        records, decode = self.records, self.decode_entries
+        records, refs = self.records, self.refs
         decoding = {id(q) for q in decoding_reqs or ()}
         prefix_lens, extend_lens = prefix_lens or (), extend_lens or ()
         entries, prefills, silent = [], [], set()
         for i, req in enumerate(reqs):
             if id(req) in decoding or i >= len(extend_lens):
-                entries.append(decode.get(req.rid, b""))
+                entries.append(refs.decode_batch((req.rid,), records))
                 continue
             r = records.get(req.rid)
             if r is None:
@@ -227,7 +234,7 @@ class Recorder:
                 # SGLang frees a retracted request's KV and prefills prompt and output again.
                 r.preemptions.append((r.preempted_ns, start_ns, True))
                 r.preempted_ns = 0
-            entries.append(wire.batch_entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
+            entries.append(refs.entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
             prefills.append((r, tokens))
             if req is chunked_req:
                 silent.add(r.request_id)
@@ -264,7 +271,6 @@ class Recorder:
     def _finish(self, r: Record, making: list, at_ns: int, reason_code: int = 0) -> None:
         """Encodes a finished request: its tokens as SGLang holds them, the steps that made them."""
         del self.records[r.request_id]
-        self.decode_entries.pop(r.request_id, None)
         req = r.req
         r.token_ids = list(req.output_ids)
         n = len(r.token_ids)

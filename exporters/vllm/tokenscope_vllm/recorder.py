@@ -8,7 +8,7 @@ was given). Everything here reads them after the fact.
 Cost is what shapes this module: it shares the GIL with the engine loop, and a step of a busy
 engine holds hundreds of requests. So nothing here loops over a step's requests in Python in the
 common case. A step in which every request computes one token (a decode step) is encoded by
-joining each request's `BatchEntry`, encoded once when the request arrived, in one call; only a
+joining each request's `BatchEntry`, encoded once per export (`RequestRefs`), in one call; only a
 step's prefill chunks and new requests are looked at one by one. Tokens are not followed step by
 step either: when a request is done, its token ids are read from vLLM's `Request`, and the steps
 that made them are the steps that ran it (each step's `num_scheduled_tokens` is kept, by
@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from tokenscope_exporter import Texts, wire
+from tokenscope_exporter.refs import RequestRefs
 from tokenscope_exporter.record import RequestRecord, StepWindow
 
 # vLLM's FinishReason (vllm/v1/engine/__init__.py): STOP, LENGTH, ABORT, ERROR, REPETITION.
@@ -56,6 +57,8 @@ class Step:
     # The step's `num_scheduled_tokens` (request id → tokens), vLLM's own dict: who ran in it.
     ran: dict
     batch: bytes
+    # The export's request ids the batch is numbered against (`RequestRefs.ids`).
+    ids: list
     # Prefill chunks: (record, tokens).
     prefills: list
     # Requests in the step that made no token (a prefill chunk short of the prompt's end).
@@ -72,8 +75,9 @@ class Recorder:
     def __init__(self, texts: Texts | None = None) -> None:
         self.texts = texts or Texts()
         self.records: dict[str, Record] = {}
-        # Each live request's `BatchEntry` for a decode step, encoded once.
-        self.decode_entries: dict[str, bytes] = {}
+        # Batch entries name requests by reference into the export's ids; the exporter takes
+        # them as it sends.
+        self.refs = RequestRefs()
         # Scheduled steps waiting for their output, by `SchedulerOutput` identity.
         self.pending: dict[int, Step] = {}
         self.window = StepWindow()
@@ -102,7 +106,6 @@ class Recorder:
             sampling=sp,
             stop_token_ids=_stop_tokens(sp),
         )
-        self.decode_entries[rid] = wire.batch_entry(rid, wire.PHASE_DECODE, 1, 0)
 
     def scheduled(self, so, start_ns: int, running: int, waiting: int, kv_usage: float) -> None:
         """A `SchedulerOutput`: which requests run in the step and what each computes."""
@@ -132,7 +135,7 @@ class Recorder:
             batch, prefills, silent = self._decode_batch(cached.req_ids), [], frozenset()
         else:
             batch, prefills, silent = self._mixed_batch(new, cached, counts, start_ns, it)
-        self.pending[id(so)] = Step(it, start_ns, counts, batch, prefills, silent, running, waiting, kv_usage)
+        self.pending[id(so)] = Step(it, start_ns, counts, batch, self.refs.ids, prefills, silent, running, waiting, kv_usage)
 
     def updated(self, so, outputs, done, end_ns: int) -> None:
         """A step's model output has been applied: the step ends; `done` finished in it."""
@@ -142,7 +145,9 @@ class Recorder:
             return
         step.end_ns = end_ns
         self.window.keep(step, self.records)
-        batch, step.batch = step.batch, b""  # the window keeps the step, not its encoding
+        # The window keeps the step, not its encoding; numbered for the export it goes in.
+        batch, step.batch = self.refs.current(step.batch, step.ids), b""
+        step.ids = []
         for r, tokens in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
         self.iterations_out.append(
@@ -185,11 +190,8 @@ class Recorder:
     # --- a step's batch -----------------------------------------------------------------------
 
     def _decode_batch(self, req_ids) -> bytes:
-        entries = self.decode_entries
-        try:
-            return b"".join(map(entries.__getitem__, req_ids))
-        except KeyError:  # a request whose arrival was dropped with a full buffer
-            return b"".join(entries.get(r, b"") for r in req_ids)
+        # Requests whose arrival was dropped with a full buffer are left out.
+        return self.refs.decode_batch(req_ids, self.records)
 
     def _mixed_batch(self, new, cached, counts, start_ns: int, it: int):
         """A step with prefill chunks or new requests: those one by one, the rest joined."""
@@ -219,10 +221,12 @@ class Recorder:
                 i = req_ids.index(rid)
                 self._entry(r, counts[rid], cached.num_computed_tokens[i], cached.num_output_tokens[i], entries, prefills, silent)
         # The decoding rest in one join: the odd ones' decode entries blanked meanwhile.
-        decode = self.decode_entries
+        decode = self.refs.decode_entries
         saved = {rid: decode[rid] for rid in odd if rid in decode}
-        decode.update(dict.fromkeys(saved, b""))
+        decode.update(dict.fromkeys(odd, b""))
         batch = b"".join(entries) + self._decode_batch(req_ids)
+        for rid in odd:
+            del decode[rid]
         decode.update(saved)
         return batch, prefills, frozenset(silent)
 
@@ -232,12 +236,12 @@ class Recorder:
         # Everything before the last sampled token is prompt (or, after a preemption, recomputed
         # prompt and output); computing past it is decoding (several tokens: speculative).
         if before < r.prompt_tokens + max(0, made - 1):
-            entries.append(wire.batch_entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
+            entries.append(self.refs.entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
             prefills.append((r, tokens))
             if before + tokens < r.prompt_tokens + made:  # short of the prompt's end: no token
                 silent.add(r.request_id)
         else:
-            entries.append(wire.batch_entry(r.request_id, wire.PHASE_DECODE, tokens, 0))
+            entries.append(self.refs.entry(r.request_id, wire.PHASE_DECODE, tokens, 0))
 
     # --- request events -----------------------------------------------------------------------
 
@@ -260,7 +264,6 @@ class Recorder:
     def _finish(self, r: Record, at_ns: int) -> None:
         """Encodes a finished request: its tokens as vLLM holds them, their steps' times."""
         del self.records[r.request_id]
-        self.decode_entries.pop(r.request_id, None)
         req = r.request
         sp = r.sampling
         if sp is not None and sp.logprobs is not None:

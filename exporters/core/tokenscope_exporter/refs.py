@@ -1,0 +1,66 @@
+"""Batch entries that name their request by reference into the export's request ids.
+
+A step's batch names the same requests step after step, and engines' ids run to 40 bytes: sent
+with every entry they were two fifths of the bytes an export carried per token. Each export
+instead lists each id once (`ResourceTraces.request_ids`) and entries carry `request_ref`, 1 + the
+id's position in that list.
+
+The list belongs to one export: `take()` hands it to the exporter as it sends, and later entries
+number from a new one. A step's batch is encoded when the step is launched but sent when it
+ends, possibly after a send in between: `current()` renumbers such a batch into the new list.
+All of this runs on the exporter thread, as the recorders do.
+"""
+
+from __future__ import annotations
+
+from . import wire
+
+
+class RequestRefs:
+    def __init__(self) -> None:
+        # This export's ids: replaced at each `take()`, never changed in place, so a batch can
+        # keep the list it was numbered against and `current()` can tell.
+        self.ids: list[str] = []
+        self._refs: dict[str, int] = {}
+        # Each request's entry for a plain decode step (one token), encoded once per export.
+        self.decode_entries: dict[str, bytes] = {}
+        # Batches renumbered into a later export's list (steps that ended after a send).
+        self.renumbered = 0
+
+    def ref(self, request_id: str) -> int:
+        n = self._refs.get(request_id)
+        if n is None:
+            self.ids.append(request_id)
+            n = self._refs[request_id] = len(self.ids)
+        return n
+
+    def entry(self, request_id: str, phase: int, tokens: int, prefill_offset: int) -> bytes:
+        return wire.batch_entry(self.ref(request_id), phase, tokens, prefill_offset)
+
+    def decode_batch(self, request_ids, known) -> bytes:
+        """The entries of `request_ids` decoding one token each; ids not in `known` (requests
+        whose arrival was dropped with a full buffer) are left out."""
+        entries = self.decode_entries
+        try:
+            return b"".join(map(entries.__getitem__, request_ids))  # in C: most steps
+        except KeyError:
+            for rid in request_ids:
+                if rid not in entries and rid in known:
+                    entries[rid] = self.entry(rid, wire.PHASE_DECODE, 1, 0)
+            return b"".join(entries.get(rid, b"") for rid in request_ids)
+
+    def take(self) -> list[str]:
+        """This export's ids; entries encoded from now on number from a new list."""
+        ids = self.ids
+        self.ids, self._refs, self.decode_entries = [], {}, {}
+        return ids
+
+    def current(self, batch: bytes, ids: list[str]) -> bytes:
+        """`batch`, numbered against `ids`, numbered against this export's list."""
+        if ids is self.ids:
+            return batch
+        self.renumbered += 1
+        return b"".join(
+            wire.batch_entry(self.ref(ids[ref - 1]), phase, tokens, offset)
+            for ref, phase, tokens, offset in wire.read_batch(batch)
+        )
