@@ -85,6 +85,13 @@ async fn stored(
     out
 }
 
+async fn send(app: &TestApp, traces: v1::ResourceTraces) -> v1::ExportResponse {
+    let export = v1::ExportRequest {
+        resource_traces: vec![traces],
+    };
+    app.grpc().await.export(export).await.unwrap().into_inner()
+}
+
 #[tokio::test]
 async fn entries_by_reference_store_what_entries_by_id_store() {
     let app = spawn_app().await;
@@ -101,15 +108,7 @@ async fn entries_by_reference_store_what_entries_by_id_store() {
     );
     let plain = by_id(to_wire(&fixtures::resource("by-id"), &[], &steps));
     for traces in [by_ref, plain] {
-        let reply = app
-            .grpc()
-            .await
-            .export(v1::ExportRequest {
-                resource_traces: vec![traces],
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let reply = send(&app, traces).await;
         assert_eq!(
             (reply.accepted_iterations, reply.rejected_iterations),
             (6, 0)
@@ -138,15 +137,7 @@ async fn a_wrong_reference_refuses_its_iteration_and_names_the_field() {
     let mut traces = to_wire(&fixtures::resource("gpu-0"), &[], &steps());
     traces.iterations[1].batch[0].request_ref = 4;
     traces.iterations[3].batch[1].request_id = "cmpl-decoding-0".into();
-    let reply = app
-        .grpc()
-        .await
-        .export(v1::ExportRequest {
-            resource_traces: vec![traces],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let reply = send(&app, traces).await;
     assert_eq!(
         (reply.accepted_iterations, reply.rejected_iterations),
         (4, 2),
