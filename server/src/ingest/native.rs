@@ -403,7 +403,8 @@ fn batch_request(
 }
 
 /// The inverse adapter, model → wire: used by clients (tests, benchmarks, and the simulator) so
-/// that what they send is exactly what a model value means.
+/// that what they send is exactly what a model value means. Batch entries name their requests by
+/// reference (`request_ids`), as tokenscope's exporters send them.
 pub fn to_wire(
     resource: &Resource,
     requests: &[RequestTrace],
