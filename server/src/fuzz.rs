@@ -10,7 +10,7 @@ use prost::Message;
 use crate::access::Grant;
 use crate::ingest::{import, native, otlp};
 use crate::proto::v1;
-use crate::store::{batch_block, token_block};
+use crate::store::{batch_block, step_block, token_block};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 /// The time decoders are run at (2026-11-30T07:00:00Z): imports anchor steady clocks to it, token
@@ -21,7 +21,7 @@ const T0: i64 = 1_796_022_000_000_000_000;
 pub type Target = fn(&[u8]);
 
 /// The decoders, by the name of their fuzz target.
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("native_proto", native_proto),
     ("native_json", native_json),
     ("otlp_proto", otlp_proto),
@@ -29,6 +29,7 @@ pub const TARGETS: [(&str, Target); 7] = [
     ("import", import_file),
     ("token_block", token_block),
     ("batch_block", batch_block),
+    ("step_block", step_block),
 ];
 
 /// Native gRPC: protobuf, then the adapter.
@@ -97,6 +98,15 @@ pub fn token_block(data: &[u8]) {
 /// A stored iteration batch.
 pub fn batch_block(data: &[u8]) {
     let _ = batch_block::decode(data);
+}
+
+/// A stored block of steps, with each step's batch.
+pub fn step_block(data: &[u8]) {
+    if let Ok(block) = step_block::decode(data) {
+        for k in 0..block.steps.len() {
+            let _ = batch_block::decode(block.batch(k));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -187,10 +197,29 @@ mod tests {
             .enumerate()
             .map(|(k, e)| (e.request_id.to_string(), k as i64))
             .collect();
+        let mut steps = Vec::new();
+        let mut batches = Vec::new();
         for (i, it) in its.iter().enumerate() {
             let block = batch_block::encode(&it.batch, &keys).unwrap();
-            out.push(("batch_block", format!("iteration{i}"), block));
+            out.push(("batch_block", format!("iteration{i}"), block.clone()));
+            steps.push(step_block::Step {
+                iteration_id: it.iteration_id as i64,
+                start_ns: it.start_ns,
+                end_ns: it.end_ns,
+                running: it.running as i32,
+                waiting: it.waiting as i32,
+                kv_cache_usage: it.kv_cache_usage,
+                batch_size: it.batch.len() as i32,
+                prefill_tokens: it.tokens_in(app::model::Phase::Prefill) as i32,
+                decode_tokens: it.tokens_in(app::model::Phase::Decode) as i32,
+            });
+            batches.push(block);
         }
+        let block = step_block::encode(&steps, &batches);
+        out.push(("step_block", "zstd".into(), block.clone()));
+        let mut raw = vec![1u8];
+        raw.extend(zstd::bulk::decompress(&block[1..], 1 << 20).unwrap());
+        out.push(("step_block", "raw".into(), raw));
         out
     }
 

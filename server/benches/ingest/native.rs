@@ -90,7 +90,7 @@ pub async fn storage(app: &TestApp, tokens: usize) -> Storage {
         tokens: tokens as f64,
         block_bytes: block_bytes as f64,
         table_bytes: relation_bytes(&mut conn, "requests").await as f64,
-        iteration_bytes: relation_bytes(&mut conn, "iterations").await as f64,
+        iteration_bytes: relation_bytes(&mut conn, "iteration_blocks").await as f64,
         key_bytes: relation_bytes(&mut conn, "request_keys").await as f64,
     }
 }

@@ -27,34 +27,25 @@ impl Store {
         from: Nanos,
         to: Nanos,
     ) -> Result<Vec<Iteration>> {
-        let rows = sqlx::query!(
-            "SELECT iteration_id, start_ns, end_ns, running, waiting, kv_cache_usage, batch FROM iterations
-             WHERE instance_id = $1 AND start_ns >= $2 AND start_ns <= $3 ORDER BY start_ns",
-            instance_id,
-            from,
-            to
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = self.steps_in(&[instance_id], from..to + 1).await?;
         let batches = rows
             .iter()
             .map(|r| batch_block::decode(&r.batch))
             .collect::<Result<Vec<_>>>()?;
         let batches = self.resolve_batches(batches).await?;
-        rows.into_iter()
+        Ok(rows
+            .into_iter()
             .zip(batches)
-            .map(|(r, batch)| {
-                Ok(Iteration {
-                    iteration_id: r.iteration_id as u64,
-                    start_ns: r.start_ns,
-                    end_ns: r.end_ns,
-                    batch,
-                    running: count(r.running),
-                    waiting: count(r.waiting),
-                    kv_cache_usage: r.kv_cache_usage,
-                })
+            .map(|(r, batch)| Iteration {
+                iteration_id: r.step.iteration_id as u64,
+                start_ns: r.step.start_ns,
+                end_ns: r.step.end_ns,
+                batch,
+                running: count(r.step.running),
+                waiting: count(r.step.waiting),
+                kv_cache_usage: r.step.kv_cache_usage,
             })
-            .collect()
+            .collect())
     }
 
     /// Requests on the instance whose lifetime overlaps [from, to], with their prefill intervals.

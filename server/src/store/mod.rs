@@ -8,6 +8,8 @@ mod incidents;
 mod latency;
 mod partitions;
 mod read;
+pub mod step_block;
+mod steps;
 pub mod token_block;
 pub mod vocab;
 mod waterfall;

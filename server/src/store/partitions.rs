@@ -1,4 +1,4 @@
-//! Daily time partitions of `requests`, `iterations`, their rollups and request keys: created on demand, dropped for retention.
+//! Daily time partitions of `requests`, `iteration_blocks`, their rollups and request keys: created on demand, dropped for retention.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -13,7 +13,7 @@ use crate::error::Result;
 pub const DAY_NS: Nanos = 86_400 * 1_000_000_000;
 pub const TABLES: [&str; 4] = [
     "requests",
-    "iterations",
+    "iteration_blocks",
     "iteration_rollups",
     "request_keys",
 ];
@@ -141,6 +141,9 @@ mod tests {
                 Some(d)
             );
         }
-        assert_eq!(partition_name("iterations", 0), "iterations_p19700101");
+        assert_eq!(
+            partition_name("iteration_blocks", 0),
+            "iteration_blocks_p19700101"
+        );
     }
 }

@@ -432,22 +432,17 @@ impl Store {
         {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query!(
-            "SELECT iteration_id, start_ns, end_ns, batch_size, waiting, prefill_tokens, decode_tokens, batch
-             FROM iterations
-             WHERE instance_id = $1 AND start_ns >= $2 AND start_ns <= $3
-             ORDER BY start_ns",
-            instance_id,
-            r.arrival_ns - super::CLOCK_SLACK_NS,
-            r.finished_ns,
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = self
+            .steps_in(
+                &[instance_id],
+                r.arrival_ns - super::CLOCK_SLACK_NS..r.finished_ns + 1,
+            )
+            .await?;
         // Only steps that ran a prefill name requests; decode-only steps stay empty.
         let prefills = rows
             .iter()
             .map(|row| {
-                if row.prefill_tokens == 0 {
+                if row.step.prefill_tokens == 0 {
                     return Ok(Vec::new());
                 }
                 Ok(batch_block::decode(&row.batch)?
@@ -460,14 +455,15 @@ impl Store {
         rows.into_iter()
             .zip(prefills)
             .map(|(row, prefill)| {
+                let s = row.step;
                 Ok(StepLoad {
-                    iteration_id: row.iteration_id as u64,
-                    start_ns: row.start_ns,
-                    end_ns: row.end_ns,
-                    batch_size: count(row.batch_size),
-                    waiting: count(row.waiting),
-                    prefill_tokens: count(row.prefill_tokens),
-                    decode_tokens: count(row.decode_tokens),
+                    iteration_id: s.iteration_id as u64,
+                    start_ns: s.start_ns,
+                    end_ns: s.end_ns,
+                    batch_size: count(s.batch_size),
+                    waiting: count(s.waiting),
+                    prefill_tokens: count(s.prefill_tokens),
+                    decode_tokens: count(s.decode_tokens),
                     prefill_requests: prefill
                         .into_iter()
                         .map(|e| e.request_id.to_string())

@@ -272,7 +272,7 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-fn compress(buf: &[u8]) -> Vec<u8> {
+pub(super) fn compress(buf: &[u8]) -> Vec<u8> {
     let reused = COMPRESSOR.with(|c| {
         let mut c = c.borrow_mut();
         if c.is_none() {
@@ -327,7 +327,7 @@ impl Column {
 
 /// A block's frames decompressed, to at most [`MAX_FRAME`] bytes: a few corrupt bytes must not
 /// make the reader allocate without bound.
-fn inflate(frame: &[u8]) -> Result<Vec<u8>> {
+pub(super) fn inflate(frame: &[u8]) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut out = Vec::new();
     zstd::stream::Decoder::new(frame)

@@ -272,7 +272,7 @@ impl Store {
     }
 
     /// The iteration lane: buckets summed from the coarsest rollup that still gives a bucket per
-    /// pixel (a wide window reads thousands of cells, not every step), or from the raw rows of a
+    /// pixel (a wide window reads thousands of cells, not every step), or from the steps of a
     /// narrow window; every step instead when the buckets say they fit the width.
     async fn lane(&self, ids: &[i32], from: Nanos, to: Nanos, width_px: u32) -> Result<Lane> {
         let g = waterfall::grid(from, to, width_px);
@@ -293,21 +293,19 @@ impl Store {
             )
             .fetch_all(&self.pool)
             .await?,
-            // A narrow window (under a few minutes): summing its raw steps is cheap.
-            None => sqlx::query_as!(
-                BucketRow,
-                r#"SELECT $2 + (start_ns - $2) / $4 * $4 AS "start_ns!", max(end_ns) AS "end_ns!",
-                          count(*)::int AS "steps!", sum(prefill_tokens)::bigint AS "prefill_tokens!",
-                          sum(decode_tokens)::bigint AS "decode_tokens!", max(batch_size) AS "max_batch_size!"
-                   FROM iterations WHERE instance_id = ANY($1) AND start_ns >= $2 AND start_ns < $3
-                   GROUP BY 1 ORDER BY 1"#,
-                ids,
-                g.origin_ns,
-                to,
-                g.bucket_ns
-            )
-            .fetch_all(&self.pool)
-            .await?,
+            // A narrow window (under a few minutes): its steps are read once, summed here, and
+            // listed if they fit.
+            None => {
+                // (Without a rollup the grid starts at `from`.)
+                let steps = self.lane_steps(ids, g.origin_ns..to).await?;
+                if steps.len() > width_px as usize {
+                    return Ok(Lane::Buckets {
+                        bucket_ns: g.bucket_ns,
+                        buckets: waterfall::bucketize(&steps, g.origin_ns, g.bucket_ns),
+                    });
+                }
+                return Ok(Lane::Steps { steps });
+            }
         };
         // The buckets may count a few steps from before `from` (the first cell starts at or
         // before it), so this errs towards buckets, never towards an unbounded list.
@@ -319,25 +317,25 @@ impl Store {
                 buckets: rows,
             });
         }
-        let steps: Vec<Step> = sqlx::query!(
-            "SELECT start_ns, end_ns, prefill_tokens, decode_tokens, batch_size FROM iterations
-             WHERE instance_id = ANY($1) AND start_ns >= $2 AND start_ns < $3 ORDER BY start_ns",
-            ids,
-            from,
-            to
-        )
-        .fetch_all(&self.pool)
-        .await?
-        .into_iter()
-        .map(|r| Step {
-            start_ns: r.start_ns,
-            end_ns: r.end_ns,
-            prefill_tokens: count(r.prefill_tokens),
-            decode_tokens: count(r.decode_tokens),
-            batch_size: count(r.batch_size),
+        Ok(Lane::Steps {
+            steps: self.lane_steps(ids, from..to).await?,
         })
-        .collect();
-        Ok(Lane::Steps { steps })
+    }
+
+    /// The steps of the instances starting in `range`, as the lane draws them.
+    async fn lane_steps(&self, ids: &[i32], range: std::ops::Range<Nanos>) -> Result<Vec<Step>> {
+        Ok(self
+            .steps_in(ids, range)
+            .await?
+            .into_iter()
+            .map(|s| Step {
+                start_ns: s.step.start_ns,
+                end_ns: s.step.end_ns,
+                prefill_tokens: count(s.step.prefill_tokens),
+                decode_tokens: count(s.step.decode_tokens),
+                batch_size: count(s.step.batch_size),
+            })
+            .collect())
     }
 }
 

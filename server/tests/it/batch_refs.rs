@@ -56,15 +56,13 @@ async fn stored(
     db: &mut PgConnection,
     instance: &str,
 ) -> Vec<(i64, i32, Vec<(String, Phase, u32, u32)>)> {
-    let rows: Vec<(i64, i32, Vec<u8>)> = sqlx::query_as(
-        "SELECT it.iteration_id, it.waiting, it.batch FROM iterations it
-         JOIN instances i ON i.id = it.instance_id
-         WHERE i.instance_key = $1 ORDER BY it.iteration_id",
-    )
-    .bind(instance)
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
+    let mut rows: Vec<(i64, i32, Vec<u8>)> = stored_steps(db)
+        .await
+        .into_iter()
+        .filter(|(key, _, _)| key == instance)
+        .map(|(_, step, batch)| (step.iteration_id, step.waiting, batch))
+        .collect();
+    rows.sort_by_key(|r| r.0);
     let mut out = Vec::new();
     for (id, waiting, block) in rows {
         let mut entries = Vec::new();

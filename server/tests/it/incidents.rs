@@ -87,7 +87,7 @@ async fn an_incident_keeps_its_story_after_the_traces_are_gone() {
     let mut db = sqlx::PgConnection::connect(&app.database_url)
         .await
         .unwrap();
-    sqlx::query("TRUNCATE requests, iterations, iteration_rollups CASCADE")
+    sqlx::query("TRUNCATE requests, iteration_blocks, iteration_rollups CASCADE")
         .execute(&mut db)
         .await
         .unwrap();

@@ -1,5 +1,6 @@
 //! Schema upgrades keep what users stored: a database created by the first migration, holding
-//! iterations, gets their rollups back-filled when the server migrates it to the current schema.
+//! iterations, gets their rollups back-filled and its steps moved into blocks when the server
+//! migrates it to the current schema.
 
 use crate::common;
 
@@ -7,6 +8,7 @@ use std::borrow::Cow;
 
 use common::*;
 use sqlx::{Connection, PgConnection};
+use tokenscope::store::step_block::{self, Step};
 
 #[tokio::test]
 async fn the_rollup_migration_back_fills_stored_iterations() {
@@ -56,4 +58,44 @@ async fn the_rollup_migration_back_fills_stored_iterations() {
             (100_000_000_000, 1, 250, prefill, last_end),
         ]
     );
+
+    // The same steps were moved into blocks: one per second, each step's columns intact.
+    let blocks: Vec<(i64, i64, i32, Vec<u8>)> = sqlx::query_as(
+        "SELECT second_ns, first_start_ns, steps, block FROM iteration_blocks ORDER BY second_ns",
+    )
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    let second = |t: i64| t - t % 1_000_000_000;
+    assert_eq!(
+        blocks.iter().map(|b| b.0).collect::<Vec<_>>(),
+        [
+            second(T0),
+            second(T0) + 1_000_000_000,
+            second(T0) + 2_000_000_000
+        ]
+    );
+    let mut steps = Vec::new();
+    for (second_ns, first_start_ns, count, block) in &blocks {
+        let block = step_block::decode(block).unwrap();
+        assert_eq!(block.steps.len(), *count as usize);
+        assert_eq!(block.steps[0].start_ns, *first_start_ns);
+        assert!(block.steps.iter().all(|s| second(s.start_ns) == *second_ns));
+        assert!((0..block.steps.len()).all(|k| block.batch(k).is_empty()));
+        steps.extend(block.steps);
+    }
+    let expected: Vec<Step> = (0..250)
+        .map(|k| Step {
+            iteration_id: k,
+            start_ns: T0 + k * 12_000_000,
+            end_ns: T0 + k * 12_000_000 + 11_000_000,
+            running: 4,
+            waiting: 0,
+            kv_cache_usage: 0.5,
+            batch_size: 4,
+            prefill_tokens: (k % 3) as i32,
+            decode_tokens: 4,
+        })
+        .collect();
+    assert_eq!(steps, expected);
 }

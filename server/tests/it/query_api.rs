@@ -173,7 +173,7 @@ async fn retention_drops_whole_partitions() {
         dropped,
         [
             "requests_p20261120",
-            "iterations_p20261120",
+            "iteration_blocks_p20261120",
             "iteration_rollups_p20261120"
         ]
     );

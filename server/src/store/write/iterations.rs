@@ -1,5 +1,5 @@
-//! Writing a batch's iterations: the request keys their batches name, the steps not stored yet,
-//! and the rollup cells those steps add to. Runs inside the batch's transaction, under the
+//! Writing a batch's iterations: the request keys their batches name, the steps not stored yet
+//! (in blocks of a second's steps, `step_block.rs`), and the rollup cells those steps add to. Runs inside the batch's transaction, under the
 //! instance's advisory lock, which is what makes the duplicate check exact.
 
 use std::collections::HashSet;
@@ -10,6 +10,7 @@ use app::model::{Iteration, Nanos, Phase};
 use crate::error::Result;
 use crate::ingest::ResourceBatch;
 use crate::store::batch_block;
+use crate::store::step_block::{self, Step};
 
 /// Maps keyed by request id, looked up once per batch entry (a token's worth of work each, at
 /// small batches): foldhash hashes a 40-byte id several times faster than the standard SipHash,
@@ -48,34 +49,31 @@ pub(super) async fn insert(
         return Ok(0);
     }
     let keys = request_keys(tx, instance_id, &new).await?;
-    let rows = IterationRows::new(&new, &keys)?;
-    insert_rows(tx, instance_id, &rows).await?;
-    add_to_rollups(tx, instance_id, &Cells::of(&rows)).await?;
+    let rows = StepRows::new(&new, &keys)?;
+    insert_blocks(tx, instance_id, &Blocks::of(&rows)).await?;
+    add_to_rollups(tx, instance_id, &Cells::of(&rows.steps)).await?;
     Ok(new.len() as u64)
 }
 
-/// The new steps, with a plain `INSERT`: none of them is stored (checked under the lock).
-async fn insert_rows(
+/// The new steps, a block per second they start in, with a plain `INSERT`: none of them is
+/// stored (checked under the lock).
+async fn insert_blocks(
     tx: &mut sqlx::PgConnection,
     instance_id: i32,
-    rows: &IterationRows,
+    blocks: &Blocks,
 ) -> Result<()> {
     sqlx::query!(
-        r#"INSERT INTO iterations (instance_id, iteration_id, start_ns, end_ns, running, waiting,
-               kv_cache_usage, batch_size, prefill_tokens, decode_tokens, batch)
-           SELECT $1::int, * FROM UNNEST($2::bigint[], $3::bigint[], $4::bigint[], $5::int[], $6::int[],
-               $7::real[], $8::int[], $9::int[], $10::int[], $11::bytea[])"#,
+        r#"INSERT INTO iteration_blocks (instance_id, second_ns, first_start_ns, first_iteration_id,
+               last_start_ns, steps, block)
+           SELECT $1::int, * FROM UNNEST($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],
+               $6::int[], $7::bytea[])"#,
         instance_id,
-        &rows.iteration_id,
-        &rows.start_ns,
-        &rows.end_ns,
-        &rows.running,
-        &rows.waiting,
-        &rows.kv_cache_usage,
-        &rows.batch_size,
-        &rows.prefill_tokens,
-        &rows.decode_tokens,
-        &rows.batch,
+        &blocks.second_ns,
+        &blocks.first_start_ns,
+        &blocks.first_iteration_id,
+        &blocks.last_start_ns,
+        &blocks.steps,
+        &blocks.block,
     )
     .execute(&mut *tx)
     .await?;
@@ -116,11 +114,8 @@ async fn add_to_rollups(
 ///
 /// An exporter sends its steps in order, so usually the instance has no step starting at or
 /// after the first offered one, and one probe of the primary key says so: then none of them can
-/// be stored (a step's start is part of its key). Otherwise, one probe per step. A range of start
-/// times would be one scan, but reads every stored step in it, and the steps of one export can
-/// span minutes of other exports' steps (measured: 7.9 ms against 3 ms for 1,024 steps,
-/// docs/BENCHMARKS.md). `LATERAL … LIMIT 1` keeps the plan a loop of probes whatever the planner
-/// guesses of the arrays' size.
+/// be stored (a step's start is part of its key). Otherwise the blocks of the seconds the offered
+/// steps start in are read and their steps listed.
 async fn stored_steps(
     tx: &mut sqlx::PgConnection,
     instance_id: i32,
@@ -132,9 +127,10 @@ async fn stored_steps(
         .min()
         .unwrap_or(Nanos::MAX);
     let any_later = sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM iterations WHERE instance_id = $1 AND start_ns >= $2)
-               AS "any!""#,
+        r#"SELECT EXISTS (SELECT 1 FROM iteration_blocks
+               WHERE instance_id = $1 AND second_ns >= $2 AND last_start_ns >= $3) AS "any!""#,
         instance_id,
+        step_block::second_of(first),
         first
     )
     .fetch_one(&mut *tx)
@@ -142,66 +138,93 @@ async fn stored_steps(
     if !any_later {
         return Ok(HashSet::new());
     }
-    let starts: Vec<Nanos> = offered.iter().map(|i| i.start_ns).collect();
-    let ids: Vec<i64> = offered.iter().map(|i| i.iteration_id as i64).collect();
-    let rows = sqlx::query!(
-        r#"SELECT w.start_ns AS "start_ns!", w.iteration_id AS "iteration_id!"
-           FROM UNNEST($2::bigint[], $3::bigint[]) AS w (start_ns, iteration_id)
-           CROSS JOIN LATERAL (
-               SELECT 1 FROM iterations i
-               WHERE i.instance_id = $1 AND i.start_ns = w.start_ns AND i.iteration_id = w.iteration_id
-               LIMIT 1
-           ) AS stored"#,
+    let mut seconds: Vec<Nanos> = offered
+        .iter()
+        .map(|i| step_block::second_of(i.start_ns))
+        .collect();
+    seconds.sort_unstable();
+    seconds.dedup();
+    let blocks = sqlx::query_scalar!(
+        "SELECT block FROM iteration_blocks WHERE instance_id = $1 AND second_ns = ANY($2)",
         instance_id,
-        &starts,
-        &ids
+        &seconds
     )
     .fetch_all(&mut *tx)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| (r.start_ns, r.iteration_id))
-        .collect())
+    let mut stored = HashSet::new();
+    for block in blocks {
+        let block = step_block::decode(&block)?;
+        stored.extend(block.steps.iter().map(|s| (s.start_ns, s.iteration_id)));
+    }
+    Ok(stored)
 }
 
-/// Iterations as parallel arrays for `UNNEST`.
-struct IterationRows {
-    iteration_id: Vec<i64>,
-    start_ns: Vec<i64>,
-    end_ns: Vec<i64>,
-    running: Vec<i32>,
-    waiting: Vec<i32>,
-    kv_cache_usage: Vec<f32>,
-    batch_size: Vec<i32>,
-    prefill_tokens: Vec<i32>,
-    decode_tokens: Vec<i32>,
-    batch: Vec<Vec<u8>>,
+/// The new steps in (start, id) order, with their batches encoded.
+struct StepRows {
+    steps: Vec<Step>,
+    batches: Vec<Vec<u8>>,
 }
 
-impl IterationRows {
+impl StepRows {
     fn new(its: &[&Iteration], keys: &KeyMap) -> Result<Self> {
         let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        let mut its = its.to_vec();
+        its.sort_by_key(|i| (i.start_ns, i.iteration_id));
         Ok(Self {
-            iteration_id: its.iter().map(|i| i.iteration_id as i64).collect(),
-            start_ns: its.iter().map(|i| i.start_ns).collect(),
-            end_ns: its.iter().map(|i| i.end_ns).collect(),
-            running: its.iter().map(|i| int(i.running)).collect(),
-            waiting: its.iter().map(|i| int(i.waiting)).collect(),
-            kv_cache_usage: its.iter().map(|i| i.kv_cache_usage).collect(),
-            batch_size: its.iter().map(|i| int(i.batch.len() as u32)).collect(),
-            prefill_tokens: its
+            steps: its
                 .iter()
-                .map(|i| int(i.tokens_in(Phase::Prefill)))
+                .map(|i| Step {
+                    iteration_id: i.iteration_id as i64,
+                    start_ns: i.start_ns,
+                    end_ns: i.end_ns,
+                    running: int(i.running),
+                    waiting: int(i.waiting),
+                    kv_cache_usage: i.kv_cache_usage,
+                    batch_size: int(i.batch.len() as u32),
+                    prefill_tokens: int(i.tokens_in(Phase::Prefill)),
+                    decode_tokens: int(i.tokens_in(Phase::Decode)),
+                })
                 .collect(),
-            decode_tokens: its
-                .iter()
-                .map(|i| int(i.tokens_in(Phase::Decode)))
-                .collect(),
-            batch: its
+            batches: its
                 .iter()
                 .map(|i| batch_block::encode(&i.batch, keys))
                 .collect::<Result<_>>()?,
         })
+    }
+}
+
+/// The new steps as a block per second they start in, as parallel arrays for `UNNEST`.
+#[derive(Default)]
+struct Blocks {
+    second_ns: Vec<i64>,
+    first_start_ns: Vec<i64>,
+    first_iteration_id: Vec<i64>,
+    last_start_ns: Vec<i64>,
+    steps: Vec<i32>,
+    block: Vec<Vec<u8>>,
+}
+
+impl Blocks {
+    fn of(rows: &StepRows) -> Self {
+        let mut blocks = Blocks::default();
+        let mut from = 0;
+        while from < rows.steps.len() {
+            let second = step_block::second_of(rows.steps[from].start_ns);
+            let to = from
+                + rows.steps[from..]
+                    .iter()
+                    .take_while(|s| step_block::second_of(s.start_ns) == second)
+                    .count();
+            let (steps, batches) = (&rows.steps[from..to], &rows.batches[from..to]);
+            blocks.second_ns.push(second);
+            blocks.first_start_ns.push(steps[0].start_ns);
+            blocks.first_iteration_id.push(steps[0].iteration_id);
+            blocks.last_start_ns.push(steps[steps.len() - 1].start_ns);
+            blocks.steps.push(steps.len() as i32);
+            blocks.block.push(step_block::encode(steps, batches));
+            from = to;
+        }
+        blocks
     }
 }
 
@@ -219,7 +242,7 @@ struct Cells {
 }
 
 impl Cells {
-    fn of(rows: &IterationRows) -> Self {
+    fn of(steps: &[Step]) -> Self {
         #[derive(Clone, Copy)]
         struct Sum {
             steps: i32,
@@ -231,11 +254,11 @@ impl Cells {
         // Ordered, so that concurrent writers of one instance (serialised by its lock anyway)
         // and the tests see one order.
         let mut sums = std::collections::BTreeMap::<(i64, i64), Sum>::new();
-        for k in 0..rows.start_ns.len() {
+        for step in steps {
             for res in ROLLUP_NS {
                 // Starts are validated to lie in 2000–2100, so they are positive and division
                 // truncates as Postgres's does.
-                let cell = rows.start_ns[k] / res * res;
+                let cell = step.start_ns / res * res;
                 let s = sums.entry((res, cell)).or_insert(Sum {
                     steps: 0,
                     end_ns: i64::MIN,
@@ -244,10 +267,10 @@ impl Cells {
                     max_batch: i32::MIN,
                 });
                 s.steps += 1;
-                s.end_ns = s.end_ns.max(rows.end_ns[k]);
-                s.prefill += i64::from(rows.prefill_tokens[k]);
-                s.decode += i64::from(rows.decode_tokens[k]);
-                s.max_batch = s.max_batch.max(rows.batch_size[k]);
+                s.end_ns = s.end_ns.max(step.end_ns);
+                s.prefill += i64::from(step.prefill_tokens);
+                s.decode += i64::from(step.decode_tokens);
+                s.max_batch = s.max_batch.max(step.batch_size);
             }
         }
         let mut cells = Cells::default();

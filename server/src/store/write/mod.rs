@@ -162,7 +162,7 @@ impl Store {
                 requests.iter().map(|r| day_of(r.arrival_ns)),
             )
             .await?;
-        for table in ["iterations", "iteration_rollups", "request_keys"] {
+        for table in ["iteration_blocks", "iteration_rollups", "request_keys"] {
             parts
                 .ensure(
                     &self.pool,

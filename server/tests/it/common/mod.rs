@@ -11,6 +11,7 @@ use sqlx::{Connection, PgConnection};
 use tokenscope::ingest::native::to_wire;
 use tokenscope::proto::v1::{self, trace_ingest_client::TraceIngestClient};
 use tokenscope::server::{self, Config, Running};
+use tokenscope::store::step_block::{self, Step};
 
 pub struct TestApp {
     pub running: Running,
@@ -167,6 +168,28 @@ pub fn export(
     v1::ExportRequest {
         resource_traces: vec![to_wire(resource, requests, iterations)],
     }
+}
+
+/// Every stored step, with its instance key and encoded batch, by (instance, start, id): the
+/// blocks of `iteration_blocks` decoded.
+pub async fn stored_steps(db: &mut PgConnection) -> Vec<(String, Step, Vec<u8>)> {
+    let blocks: Vec<(String, Vec<u8>)> = sqlx::query_as(
+        "SELECT i.instance_key, b.block FROM iteration_blocks b JOIN instances i ON i.id = b.instance_id",
+    )
+    .fetch_all(&mut *db)
+    .await
+    .unwrap();
+    let mut steps = Vec::new();
+    for (instance, block) in blocks {
+        let block = step_block::decode(&block).unwrap();
+        for (k, step) in block.steps.iter().enumerate() {
+            steps.push((instance.clone(), *step, block.batch(k).to_vec()));
+        }
+    }
+    steps.sort_by(|a, b| {
+        (&a.0, a.1.start_ns, a.1.iteration_id).cmp(&(&b.0, b.1.start_ns, b.1.iteration_id))
+    });
+    steps
 }
 
 /// Every token and candidate text of `r` changed, as by an engine that decodes differently
