@@ -27,7 +27,9 @@ impl Store {
         from: Nanos,
         to: Nanos,
     ) -> Result<Vec<Iteration>> {
-        let rows = self.steps_in(&[instance_id], from..to + 1).await?;
+        let rows = self
+            .steps_in(&[instance_id], from..to.saturating_add(1))
+            .await?;
         let batches = rows
             .iter()
             .map(|r| batch_block::decode(&r.batch))

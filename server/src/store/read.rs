@@ -435,7 +435,7 @@ impl Store {
         let rows = self
             .steps_in(
                 &[instance_id],
-                r.arrival_ns - super::CLOCK_SLACK_NS..r.finished_ns + 1,
+                r.arrival_ns - super::CLOCK_SLACK_NS..r.finished_ns.saturating_add(1),
             )
             .await?;
         // Only steps that ran a prefill name requests; decode-only steps stay empty.

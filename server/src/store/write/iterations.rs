@@ -1,6 +1,7 @@
 //! Writing a batch's iterations: the request keys their batches name, the steps not stored yet
-//! (in blocks of a second's steps, `step_block.rs`), and the rollup cells those steps add to. Runs inside the batch's transaction, under the
-//! instance's advisory lock, which is what makes the duplicate check exact.
+//! (a block per second they start in, `step_block.rs`), and the rollup cells those steps add
+//! to. Runs inside the batch's transaction, under the instance's advisory lock, which is what
+//! makes the duplicate check exact.
 
 use std::collections::HashSet;
 
