@@ -110,7 +110,7 @@ impl Storage {
         );
         let iterations = self.tokens / GROUP as f64;
         println!(
-            "  iterations table      {:>10.0} bytes/iteration (batch of {GROUP}; {:.2} bytes/token)",
+            "  steps (blocks)        {:>10.0} bytes/iteration (batch of {GROUP}; {:.2} bytes/token)",
             self.iteration_bytes / iterations,
             self.iteration_bytes / self.tokens
         );
