@@ -202,17 +202,7 @@ mod tests {
         for (i, it) in its.iter().enumerate() {
             let block = batch_block::encode(&it.batch, &keys).unwrap();
             out.push(("batch_block", format!("iteration{i}"), block.clone()));
-            steps.push(step_block::Step {
-                iteration_id: it.iteration_id as i64,
-                start_ns: it.start_ns,
-                end_ns: it.end_ns,
-                running: it.running as i32,
-                waiting: it.waiting as i32,
-                kv_cache_usage: it.kv_cache_usage,
-                batch_size: it.batch.len() as i32,
-                prefill_tokens: it.tokens_in(app::model::Phase::Prefill) as i32,
-                decode_tokens: it.tokens_in(app::model::Phase::Decode) as i32,
-            });
+            steps.push(step_block::Step::of(it));
             batches.push(block);
         }
         let block = step_block::encode(&steps, &batches);

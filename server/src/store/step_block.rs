@@ -21,7 +21,7 @@
 
 use std::ops::Range;
 
-use app::model::Nanos;
+use app::model::{Iteration, Nanos, Phase};
 
 use super::bytes::Reader;
 use super::token_block::{compress, inflate};
@@ -50,6 +50,24 @@ pub struct Step {
     pub batch_size: i32,
     pub prefill_tokens: i32,
     pub decode_tokens: i32,
+}
+
+impl Step {
+    /// An iteration's columns; counts past `i32::MAX` are stored as `i32::MAX`.
+    pub fn of(it: &Iteration) -> Self {
+        let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        Step {
+            iteration_id: it.iteration_id as i64,
+            start_ns: it.start_ns,
+            end_ns: it.end_ns,
+            running: int(it.running),
+            waiting: int(it.waiting),
+            kv_cache_usage: it.kv_cache_usage,
+            batch_size: int(u32::try_from(it.batch.len()).unwrap_or(u32::MAX)),
+            prefill_tokens: int(it.tokens_in(Phase::Prefill)),
+            decode_tokens: int(it.tokens_in(Phase::Decode)),
+        }
+    }
 }
 
 /// The second a step starting at `start_ns` is stored under.

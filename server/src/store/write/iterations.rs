@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use app::analysis::waterfall::ROLLUP_NS;
-use app::model::{Iteration, Nanos, Phase};
+use app::model::{Iteration, Nanos};
 
 use crate::error::Result;
 use crate::ingest::ResourceBatch;
@@ -168,24 +168,10 @@ struct StepRows {
 
 impl StepRows {
     fn new(its: &[&Iteration], keys: &KeyMap) -> Result<Self> {
-        let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         let mut its = its.to_vec();
         its.sort_by_key(|i| (i.start_ns, i.iteration_id));
         Ok(Self {
-            steps: its
-                .iter()
-                .map(|i| Step {
-                    iteration_id: i.iteration_id as i64,
-                    start_ns: i.start_ns,
-                    end_ns: i.end_ns,
-                    running: int(i.running),
-                    waiting: int(i.waiting),
-                    kv_cache_usage: i.kv_cache_usage,
-                    batch_size: int(i.batch.len() as u32),
-                    prefill_tokens: int(i.tokens_in(Phase::Prefill)),
-                    decode_tokens: int(i.tokens_in(Phase::Decode)),
-                })
-                .collect(),
+            steps: its.iter().map(|i| Step::of(i)).collect(),
             batches: its
                 .iter()
                 .map(|i| batch_block::encode(&i.batch, keys))
@@ -209,21 +195,20 @@ impl Blocks {
     fn of(rows: &StepRows) -> Self {
         let mut blocks = Blocks::default();
         let mut from = 0;
-        while from < rows.steps.len() {
-            let second = step_block::second_of(rows.steps[from].start_ns);
-            let to = from
-                + rows.steps[from..]
-                    .iter()
-                    .take_while(|s| step_block::second_of(s.start_ns) == second)
-                    .count();
-            let (steps, batches) = (&rows.steps[from..to], &rows.batches[from..to]);
-            blocks.second_ns.push(second);
+        let same_second = |a: &Step, b: &Step| {
+            step_block::second_of(a.start_ns) == step_block::second_of(b.start_ns)
+        };
+        for steps in rows.steps.chunk_by(same_second) {
+            let batches = &rows.batches[from..from + steps.len()];
+            from += steps.len();
+            blocks
+                .second_ns
+                .push(step_block::second_of(steps[0].start_ns));
             blocks.first_start_ns.push(steps[0].start_ns);
             blocks.first_iteration_id.push(steps[0].iteration_id);
             blocks.last_start_ns.push(steps[steps.len() - 1].start_ns);
             blocks.steps.push(steps.len() as i32);
             blocks.block.push(step_block::encode(steps, batches));
-            from = to;
         }
         blocks
     }
