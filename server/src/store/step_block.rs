@@ -21,6 +21,8 @@
 
 use std::ops::Range;
 
+use bytes::Bytes;
+
 use app::model::{Iteration, Nanos, Phase};
 
 use super::bytes::Reader;
@@ -113,7 +115,7 @@ pub fn encode(steps: &[Step], batches: &[Vec<u8>]) -> Vec<u8> {
 pub struct Decoded {
     pub steps: Vec<Step>,
     pub batch_ranges: Vec<Range<usize>>,
-    pub batches: Vec<u8>,
+    pub batches: Bytes,
 }
 
 impl Decoded {
@@ -121,21 +123,23 @@ impl Decoded {
     pub fn batch(&self, k: usize) -> &[u8] {
         &self.batches[self.batch_ranges[k].clone()]
     }
+
+    /// The same, sharing the block's buffer rather than copying it.
+    pub fn batch_bytes(&self, k: usize) -> Bytes {
+        self.batches.slice(self.batch_ranges[k].clone())
+    }
 }
 
 /// Decodes a block, either version.
 pub fn decode(block: &[u8]) -> Result<Decoded> {
     let (&version, rest) = block.split_first().ok_or_else(corrupt)?;
-    let inflated;
+    // One buffer owns the body; the batches are a slice of it, never copied again.
     let body = match version {
-        RAW => rest,
-        ZSTD => {
-            inflated = inflate(rest)?;
-            &inflated[..]
-        }
+        RAW => Bytes::copy_from_slice(rest),
+        ZSTD => Bytes::from(inflate(rest)?),
         _ => return Err(Error::Internal("step block has an unknown version".into())),
     };
-    let mut r = Reader::new(body, "step block");
+    let mut r = Reader::new(&body, "step block");
     let n = be_u32(r.bytes(4)?) as usize;
     // Checked before anything is allocated: a corrupt count must not reserve gigabytes.
     if n.checked_mul(STEP_BYTES)
@@ -157,6 +161,7 @@ pub fn decode(block: &[u8]) -> Result<Decoded> {
     let (batch_size, prefill, decode_tokens) = (narrow()?, narrow()?, narrow()?);
     let lengths = narrow()?;
     let rest = r.rest();
+    let batches_at = body.len() - rest.len();
     let mut batch_ranges = Vec::with_capacity(n);
     let mut at = 0usize;
     for len in lengths {
@@ -183,7 +188,7 @@ pub fn decode(block: &[u8]) -> Result<Decoded> {
     Ok(Decoded {
         steps,
         batch_ranges,
-        batches: rest.to_vec(),
+        batches: body.slice(batches_at..),
     })
 }
 

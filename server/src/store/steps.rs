@@ -3,16 +3,18 @@
 
 use std::ops::Range;
 
+use bytes::Bytes;
+
 use app::model::Nanos;
 
 use super::Store;
 use super::step_block::{self, Step};
 use crate::error::Result;
 
-/// A stored step and its encoded batch (batch_block.rs).
+/// A stored step and its encoded batch (batch_block.rs), a slice of its block's buffer.
 pub struct StoredStep {
     pub step: Step,
-    pub batch: Vec<u8>,
+    pub batch: Bytes,
 }
 
 impl Store {
@@ -43,7 +45,7 @@ impl Store {
                 if range.contains(&step.start_ns) {
                     steps.push(StoredStep {
                         step: *step,
-                        batch: block.batch(k).to_vec(),
+                        batch: block.batch_bytes(k),
                     });
                 }
             }
