@@ -379,6 +379,10 @@ pub struct Incident {
     pub summary: IncidentSummary,
     pub note: String,
     pub snapshot: IncidentSnapshot,
+    /// Whether the reader who asked may revoke it: false for someone who reached it only through
+    /// its public link (`--public-incidents`), so the page offers them no "revoke link".
+    #[serde(default)]
+    pub can_revoke: bool,
 }
 
 /// Body of `POST /api/v1/incidents`: the requests to freeze, on one or more instances; the window

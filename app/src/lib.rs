@@ -5,6 +5,7 @@
 
 pub mod analysis;
 pub mod api;
+pub mod html;
 pub mod model;
 pub mod ui;
 

@@ -14,6 +14,7 @@ pub mod ingest;
 pub mod logging;
 pub mod metrics;
 pub mod proto;
+pub mod security;
 pub mod server;
 pub mod sim;
 pub mod store;

@@ -17,7 +17,7 @@ use tower_http::{
     trace::TraceLayer,
 };
 
-use crate::access::{AccessConfig, IngestKeys, KeyLayer, ReadAccess};
+use crate::access::{AccessConfig, IngestKeys, KeyLayer, ReadAccess, Reader};
 use crate::error::{Error, Result};
 use crate::ingest::budget::{Budget, BudgetLayer};
 use crate::ingest::grpc::IngestService;
@@ -256,19 +256,16 @@ fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
         .build();
     let routes = generate_route_list(app::App);
     let api = crate::api::router(store.clone(), keys.clone());
-    // Pages render with their data: the UI calls the same API in-process while it renders.
-    let client = in_process(api.clone());
+    let context = page_context(api.clone());
     let ui = Router::new()
-        .leptos_routes_with_context(
-            &leptos,
-            routes,
-            move || leptos::prelude::provide_context(client.clone()),
-            {
-                let leptos = leptos.clone();
-                move || app::shell(leptos.clone())
-            },
-        )
-        .fallback(leptos_axum::file_and_error_handler(app::shell))
+        .leptos_routes_with_context(&leptos, routes, context.clone(), {
+            let leptos = leptos.clone();
+            move || app::shell(leptos.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler_with_context(
+            context,
+            app::shell,
+        ))
         .with_state(leptos)
         .layer(axum::middleware::from_fn_with_state(
             store.clone(),
@@ -319,6 +316,8 @@ fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
         .merge(metrics)
         .merge(login)
         .layer(CompressionLayer::new())
+        // Every response, whichever handler made it, carries the security headers.
+        .layer(axum::middleware::from_fn(crate::security::headers))
         // Every request gets an id (kept when a proxy set one), logs in a span carrying it, and
         // returns it in `x-request-id`.
         .layer(TraceLayer::new_for_http().make_span_with(crate::logging::request_span))
@@ -326,15 +325,38 @@ fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
         .layer(SetRequestIdLayer::x_request_id(RequestIds::default()))
 }
 
-/// The API router as the UI's `ApiClient`: a GET of a path and query, answered without a socket.
-fn in_process(api: Router) -> app::ui::ApiClient {
+/// What a page's render finds in its reactive context, from the request it answers (which
+/// leptos_axum provides as `Parts`): the nonce of this response's Content-Security-Policy
+/// (`security::headers` made it), which the scripts Leptos writes carry; and the API as an
+/// in-process client that asks as this page's reader, so pages render with their data and see
+/// what the reader may see.
+fn page_context(api: Router) -> impl Fn() + Clone + Send + Sync + 'static {
+    use leptos::prelude::{provide_context, use_context};
+    move || {
+        let parts = use_context::<axum::http::request::Parts>();
+        let extensions = parts.as_ref().map(|p| &p.extensions);
+        if let Some(nonce) = extensions.and_then(|e| e.get::<leptos::nonce::Nonce>()) {
+            provide_context(nonce.clone());
+        }
+        let reader = extensions.and_then(|e| e.get::<Reader>()).cloned();
+        provide_context(in_process(api.clone(), reader));
+    }
+}
+
+/// The API router as the UI's `ApiClient`: a GET of a path and query, answered without a socket,
+/// as `reader` (the page's) when the read gate let one in.
+fn in_process(api: Router, reader: Option<Reader>) -> app::ui::ApiClient {
     use tower::ServiceExt;
     app::ui::ApiClient(std::sync::Arc::new(move |url: String| {
         let api = api.clone();
+        let reader = reader.clone();
         Box::pin(async move {
-            let req = axum::http::Request::get(&url)
+            let mut req = axum::http::Request::get(&url)
                 .body(axum::body::Body::empty())
                 .map_err(|e| format!("{url}: {e}"))?;
+            if let Some(reader) = reader {
+                req.extensions_mut().insert(reader);
+            }
             let resp = api.oneshot(req).await.map_err(|e| format!("{url}: {e}"))?;
             let status = resp.status();
             let body = axum::body::to_bytes(resp.into_body(), usize::MAX)

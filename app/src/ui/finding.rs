@@ -6,7 +6,8 @@ use leptos::prelude::*;
 use crate::analysis::diagnosis::Finding;
 use crate::ui::links::request_href;
 
-/// `label` follows the cause's name (what the caller adds: "inferred from spans", the victim).
+/// `label` follows the cause's name (what the caller adds: "inferred from spans", the victim),
+/// in its own case: request ids are case-sensitive.
 pub fn item(f: Finding, instance: &str, label: String) -> impl IntoView + use<> {
     let culprits = f
         .culprits
@@ -15,7 +16,7 @@ pub fn item(f: Finding, instance: &str, label: String) -> impl IntoView + use<> 
         .collect_view();
     view! {
         <li class="finding" data-cause=f.cause.name()>
-            <span class="cause">{f.cause.name().replace('_', " ")}{label}</span>
+            <span class="cause">{f.cause.name().replace('_', " ")}<span class="label">{label}</span></span>
             <p>{f.summary}</p>
             <div class="culprits">{culprits}</div>
         </li>

@@ -63,7 +63,7 @@ pub fn App() -> impl IntoView {
     });
     view! {
         <Stylesheet id="tokenscope" href="/pkg/tokenscope.css"/>
-        <Title text="tokenscope"/>
+        <Title formatter=head_title text="tokenscope"/>
         <Router>
             <header class="topbar">
                 <a class="brand" href="/">"tokenscope"</a>
@@ -87,6 +87,20 @@ pub fn App() -> impl IntoView {
                 </Routes>
             </main>
         </Router>
+    }
+}
+
+/// Every page's title passes through this formatter, set once here at the root. leptos_meta 0.8
+/// writes the title into the server-rendered `<head>` as it is (its `<Meta>` attributes are
+/// escaped, the title is not), so an incident titled `</title><script>…` became a script in
+/// the page. On the server the title is escaped here, whatever a page sets; in the browser it is
+/// set through `document.title`, which takes text. `server/tests/it/incidents.rs` checks the head
+/// holds the title escaped exactly once, so a leptos_meta that starts escaping shows up there.
+fn head_title(text: String) -> String {
+    if cfg!(feature = "ssr") {
+        crate::html::escape(&text)
+    } else {
+        text
     }
 }
 

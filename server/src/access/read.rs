@@ -268,12 +268,7 @@ pub async fn logout() -> Response {
 }
 
 fn login_html(access: &ReadAccess, next: &str, error: Option<&str>) -> Response {
-    let escape = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&quot;")
-    };
+    use app::html::escape;
     let body = if access.token.is_some() {
         let going = if next == "/" {
             String::new()

@@ -3,7 +3,7 @@
 //! and `.svg` are the link preview (the PNG is rendered once and kept).
 
 use axum::{
-    Json,
+    Extension, Json,
     extract::{Path, Query, State},
     http::{HeaderMap, StatusCode, header},
     response::IntoResponse,
@@ -13,6 +13,7 @@ use serde::Deserialize;
 use app::api::{CreatedIncident, Incident, IncidentList, NewIncident};
 
 use super::{non_empty, parse_int};
+use crate::access::Reader;
 use crate::error::{Error, Result};
 use crate::export::{markdown, preview};
 use crate::store::Store;
@@ -55,11 +56,16 @@ pub(super) async fn list(
     }))
 }
 
+/// The incident; `can_revoke` when the read gate let the reader in as a reader (not only
+/// through the public link, which carries no [`Reader`]).
 pub(super) async fn get(
     State(store): State<Store>,
     Path(slug): Path<String>,
+    reader: Option<Extension<Reader>>,
 ) -> Result<Json<Incident>> {
-    Ok(Json(store.get_incident(&slug).await?))
+    let mut incident = store.get_incident(&slug).await?;
+    incident.can_revoke = reader.is_some();
+    Ok(Json(incident))
 }
 
 pub(super) async fn revoke(

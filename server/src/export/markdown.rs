@@ -25,7 +25,6 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// The incident for a ticket; `url` is the incident page's full address.
 /// An identifier in a code span: inert except for backticks, which become quotes.
 fn code(s: &str) -> String {
     let s: String = s
@@ -39,6 +38,7 @@ fn code(s: &str) -> String {
     format!("`{s}`")
 }
 
+/// The incident for a ticket; `url` is the incident page's full address.
 pub fn incident(i: &Incident, url: &str) -> String {
     let s = &i.summary;
     let mut out = String::new();

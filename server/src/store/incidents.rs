@@ -336,6 +336,8 @@ impl Store {
             summary,
             note,
             snapshot,
+            // The store does not know who reads; the API handler says.
+            can_revoke: false,
         })
     }
 

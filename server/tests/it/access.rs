@@ -322,16 +322,9 @@ async fn incident(app: &TestApp) -> String {
     created["slug"].as_str().unwrap().to_string()
 }
 
-/// Rendering an incident's page needs the server's own worker stacks (`main.rs`) in a debug
-/// build, more than a test thread has: the server runs on workers built like the binary's.
 #[test]
 fn incident_links_are_public_only_when_the_operator_allows_it() {
-    tokio::runtime::Builder::new_multi_thread()
-        .thread_stack_size(16 << 20)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(incident_links_public_only_when_allowed());
+    on_server_stacks(incident_links_public_only_when_allowed());
 }
 
 async fn incident_links_public_only_when_allowed() {
@@ -351,6 +344,24 @@ async fn incident_links_public_only_when_allowed() {
         for path in &link {
             let want = if public { 200 } else { 401 };
             assert_eq!(app.get(path).await.status(), want, "{path} public={public}");
+        }
+        if public {
+            // Someone with only the link is offered no "revoke link"; a reader is.
+            let api = format!("/api/v1/incidents/{slug}");
+            assert_eq!(app.get_json(&api).await["can_revoke"], false);
+            let page = app.get_text(&format!("/incidents/{slug}")).await;
+            assert!(page.contains("data-testid=\"incident-title\""), "{page}");
+            assert!(!page.contains("incident-revoke"), "{page}");
+            let as_reader = |path: String| {
+                app.client
+                    .get(format!("{}{path}", app.http))
+                    .bearer_auth(READ_TOKEN)
+                    .send()
+            };
+            let reply: serde_json::Value = as_reader(api).await.unwrap().json().await.unwrap();
+            assert_eq!(reply["can_revoke"], true);
+            let page = as_reader(format!("/incidents/{slug}")).await.unwrap();
+            assert!(page.text().await.unwrap().contains("incident-revoke"));
         }
         // Never public: the list, revoking, and everything else.
         assert_eq!(app.get("/api/v1/incidents").await.status(), 401);

@@ -156,6 +156,62 @@ async fn previews_are_1200_by_630_and_hostile_titles_stay_text() {
     );
 }
 
+/// The head of the incident page: leptos_meta writes the title unescaped, so `app::ui` escapes
+/// it once; exactly once, or a leptos_meta that starts escaping would show `&amp;lt;` in the tab.
+#[test]
+fn a_title_that_closes_its_element_stays_text_in_the_head() {
+    on_server_stacks(async {
+        let app = spawn_app().await;
+        scenario(&app).await;
+        let title = "</title><script>alert(1)</script><title>x & \"q\" 'a'";
+        let slug = create(&app, title).await["slug"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let resp = app.get(&format!("/incidents/{slug}")).await;
+        assert_eq!(resp.status(), 200);
+        let policy = resp.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let html = resp.text().await.unwrap();
+        let (head, body) = html.split_once("</head>").expect("a head");
+        let escaped = "&lt;/title&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;title&gt;x &amp; &quot;q&quot; &#39;a&#39;";
+        assert!(
+            head.contains(&format!("<title>{escaped} · tokenscope incident</title>")),
+            "{head}"
+        );
+        assert_eq!(head.matches("<title>").count(), 1, "{head}");
+        assert!(
+            !html.contains("<script>alert(1)"),
+            "no markup from the title"
+        );
+        // The Open Graph tags and the heading hold it too, as attribute and text.
+        assert!(head.contains("property=\"og:title\""), "{head}");
+        assert!(body.contains("data-testid=\"incident-title\""), "{body}");
+
+        // Every script the page carries has this response's nonce, and the policy names it.
+        let nonce = policy
+            .split(['\'', ' '])
+            .find_map(|w| w.strip_prefix("nonce-"))
+            .expect("a nonce in the policy")
+            .to_string();
+        let scripts = html.matches("<script").count();
+        assert!(scripts >= 2, "hydration and resources: {html}");
+        assert_eq!(
+            html.matches(&format!("<script nonce=\"{nonce}\"")).count()
+                + html
+                    .matches(&format!("<script type=\"module\" nonce=\"{nonce}\""))
+                    .count(),
+            scripts,
+            "{html}"
+        );
+        let again = app.get(&format!("/incidents/{slug}")).await;
+        let other = again.headers()["content-security-policy"].to_str().unwrap();
+        assert!(!other.contains(&nonce), "a fresh nonce per response");
+    })
+}
+
 #[tokio::test]
 async fn revoked_links_answer_410_and_slugs_are_not_sequential() {
     let app = spawn_app().await;

@@ -24,6 +24,7 @@ mod otlp_ingest;
 mod query_api;
 mod redact;
 mod replicas;
+mod security_headers;
 mod shutdown;
 mod sim_scenarios;
 mod texts_by_id;

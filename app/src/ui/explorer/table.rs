@@ -144,7 +144,7 @@ fn row(r: RequestSummary, ttft_slo: f64, tpot_slo: f64, zone: RwSignal<Zone>) ->
     view! {
         <tr data-request=r.request_id.clone()>
             <td class="id"><a href=req.clone() title="Open the request page">{r.request_id.clone()}</a></td>
-            <td>{r.instance.clone()}</td>
+            <td class="text">{r.instance.clone()}</td>
             <td class="time">{move || clock(arrival, &zone.get(), 1_000_000)}</td>
             <td class="num" class:bad=ttft_bad>{ms(r.ttft_ms)}</td>
             <td class="num" class:bad=tpot_bad>{ms(r.tpot_ms)}</td>

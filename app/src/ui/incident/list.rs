@@ -48,14 +48,14 @@ pub fn IncidentList() -> impl IntoView {
                                 let created = i.created_ns;
                                 view! {
                                     <tr class:muted=i.revoked>
-                                        <td>{if i.revoked {
+                                        <td class="text">{if i.revoked {
                                             view! { <span>{i.title.clone()}" (revoked)"</span> }.into_any()
                                         } else {
                                             view! { <a href=format!("/incidents/{}", i.slug)>{i.title.clone()}</a> }.into_any()
                                         }}</td>
                                         <td class="time">{move || date_time(created, &zone.get())}</td>
                                         <td class="story">{i.headline.clone()}</td>
-                                        <td>{i.instances.join(", ")}</td>
+                                        <td class="text">{i.instances.join(", ")}</td>
                                         <td class="id">{i.victims.join(", ")}</td>
                                     </tr>
                                 }

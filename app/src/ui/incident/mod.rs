@@ -94,6 +94,7 @@ fn page(i: Incident, base: String) -> impl IntoView {
     let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
     let meta = head(&i, &base);
     let note = i.note.clone();
+    let can_revoke = i.can_revoke;
     let s = i.summary.clone();
     let slug = s.slug.clone();
     let instance = s.instances.first().cloned().unwrap_or_default();
@@ -145,7 +146,7 @@ fn page(i: Incident, base: String) -> impl IntoView {
                 <create::CopyForTicket slug=slug.clone()/>
                 <a href=format!("/incidents/{slug}/preview.png") target="_blank">"preview image"</a>
                 <a href="/incidents">"all incidents"</a>
-                <create::Revoke slug=slug.clone()/>
+                {can_revoke.then(|| view! { <create::Revoke slug=slug.clone()/> })}
             </div>
         </section>
         <section class="panel">

@@ -52,6 +52,17 @@ pub async fn fresh_database() -> String {
     format!("{base}/{name}")
 }
 
+/// Runs `test` on worker threads built like the binary's (`main.rs`): rendering a page needs
+/// larger stacks in a debug build than a test thread has.
+pub fn on_server_stacks<F: std::future::Future>(test: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(16 << 20)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(test)
+}
+
 /// Starts the real server (HTTP + gRPC on ephemeral loopback ports) on a fresh database.
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await
