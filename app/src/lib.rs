@@ -1,12 +1,12 @@
 #![recursion_limit = "256"]
-//! tokenscope's shared crate: the unified trace model, pure analysis, the JSON API types, and the
-//! Leptos UI. `model`, `analysis` and `api` do no IO and build for wasm32, so the browser and the
-//! server compute with the same code.
+//! The browser app: the Leptos UI (pages, components, the hydrate entry), rendered on the server
+//! and hydrated in the browser. What it computes with (the model, the analysis, the API's types)
+//! is `tokenscope_core`'s; the server mounts [`App`] and [`shell`] and uses nothing else of it.
 
-pub mod analysis;
-pub mod api;
-pub mod html;
-pub mod model;
+// Core's modules under the names the UI has always used; private, so nothing reaches core
+// through the UI crate.
+use tokenscope_core::{analysis, api, html, links, model, query};
+
 pub mod ui;
 
 pub use ui::{App, shell};

@@ -1,6 +1,6 @@
 //! The wall clock, read in one place: Unix nanoseconds, the model's time unit.
 
-use app::model::Nanos;
+use tokenscope_core::model::Nanos;
 
 pub fn now_ns() -> Nanos {
     std::time::SystemTime::now()

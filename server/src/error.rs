@@ -6,7 +6,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use app::api::ErrorBody;
+use tokenscope_core::api::ErrorBody;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -1,6 +1,6 @@
 //! Deterministic synthetic traces for tests and benchmarks (the simulator makes realistic ones).
 
-use app::model::{
+use tokenscope_core::model::{
     BatchEntry, Candidate, EngineKind, FinishReason, Iteration, Nanos, Phase, PrefillChunk,
     RequestTrace, Resource, Role, SamplingParams, SpecialToken, Token,
 };

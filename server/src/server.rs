@@ -345,9 +345,9 @@ fn page_context(api: Router) -> impl Fn() + Clone + Send + Sync + 'static {
 
 /// The API router as the UI's `ApiClient`: a GET of a path and query, answered without a socket,
 /// as `reader` (the page's) when the read gate let one in.
-fn in_process(api: Router, reader: Option<Reader>) -> app::ui::ApiClient {
+fn in_process(api: Router, reader: Option<Reader>) -> tokenscope_core::api::ApiClient {
     use tower::ServiceExt;
-    app::ui::ApiClient(std::sync::Arc::new(move |url: String| {
+    tokenscope_core::api::ApiClient(std::sync::Arc::new(move |url: String| {
         let api = api.clone();
         let reader = reader.clone();
         Box::pin(async move {
@@ -366,7 +366,7 @@ fn in_process(api: Router, reader: Option<Reader>) -> app::ui::ApiClient {
             if status.is_success() {
                 Ok(body)
             } else {
-                Err(app::ui::fetch::error_text(status.as_u16(), &body))
+                Err(tokenscope_core::api::error_text(status.as_u16(), &body))
             }
         })
     }))

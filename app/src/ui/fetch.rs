@@ -6,17 +6,8 @@ use std::future::Future;
 
 use serde::de::DeserializeOwned;
 
-/// The server's own API router, called without a socket while a page renders.
 #[cfg(feature = "ssr")]
-#[derive(Clone)]
-pub struct ApiClient(
-    #[allow(clippy::type_complexity)]
-    pub  std::sync::Arc<
-        dyn Fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
-            + Send
-            + Sync,
-    >,
-);
+use crate::api::ApiClient;
 
 /// GETs `url` (a path under `/api/v1/`) and parses the JSON body; errors are sentences for the
 /// page (the API's own message when it gave one).
@@ -67,14 +58,6 @@ fn parse<T: DeserializeOwned>(url: &str, body: Result<String, String>) -> Result
     serde_json::from_str(&body?).map_err(|e| format!("{url}: unexpected reply ({e})"))
 }
 
-/// The body of an error reply as the API words it (`{"error": "..."}`), else the raw text.
-pub fn error_text(status: u16, body: &str) -> String {
-    match serde_json::from_str::<crate::api::ErrorBody>(body) {
-        Ok(e) => e.error,
-        Err(_) => format!("HTTP {status}: {body}"),
-    }
-}
-
 #[cfg(feature = "hydrate")]
 mod browser {
     use wasm_bindgen::JsCast;
@@ -111,7 +94,7 @@ mod browser {
             .as_string()
             .unwrap_or_default();
         if !response.ok() {
-            return Err(super::error_text(response.status(), &body));
+            return Err(crate::api::error_text(response.status(), &body));
         }
         Ok(body)
     }

@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 
 use crate::analysis::diagnosis::Finding;
-use crate::ui::links::request_href;
+use crate::links::request_href;
 
 /// `label` follows the cause's name (what the caller adds: "inferred from spans", the victim),
 /// in its own case: request ids are case-sensitive.

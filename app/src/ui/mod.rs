@@ -10,8 +10,6 @@ pub mod fetch;
 pub mod finding;
 pub mod format;
 pub mod incident;
-pub mod links;
-pub mod query;
 pub mod request;
 pub mod time;
 pub mod upload;
@@ -24,9 +22,6 @@ use leptos_router::{
     components::{Route, Router, Routes},
     path,
 };
-
-#[cfg(feature = "ssr")]
-pub use fetch::ApiClient;
 
 /// The HTML document around the app; the server renders it for every page.
 pub fn shell(options: LeptosOptions) -> impl IntoView {

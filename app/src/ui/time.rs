@@ -4,10 +4,7 @@
 use crate::model::Nanos;
 use crate::model::calendar::{civil_from_days, days_from_civil};
 
-pub const MS: Nanos = 1_000_000;
-pub const SECOND: Nanos = 1_000_000_000;
-pub const MINUTE: Nanos = 60 * SECOND;
-pub const HOUR: Nanos = 60 * MINUTE;
+pub use crate::model::{HOUR, MINUTE, MS, SECOND};
 
 /// The zone times are shown in. Server-rendered pages use UTC; the browser switches to its own
 /// zone after hydration, and every time label says which zone it is in.

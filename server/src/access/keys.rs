@@ -26,7 +26,7 @@ use tower::{Layer, Service};
 use super::{Digest, MIN_SECRET_LEN, Reader, bearer, digest, same};
 use crate::error::{Error, Result};
 use crate::store::Store;
-use app::model::validate::FieldError;
+use tokenscope_core::model::validate::FieldError;
 
 /// Instances a key may send for.
 #[derive(Debug, Clone, PartialEq, Eq)]

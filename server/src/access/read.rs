@@ -90,7 +90,7 @@ impl ReadAccess {
         let token = self.token.as_ref()?;
         let by_bearer = bearer(headers).is_some_and(|b| same(&digest(b), token));
         let by_cookie = cookie(headers, COOKIE)
-            .and_then(app::model::unhex)
+            .and_then(tokenscope_core::model::unhex)
             .and_then(|d| Digest::try_from(d).ok())
             .is_some_and(|d| same(&d, token));
         (by_bearer || by_cookie).then_some(Reader::Token)
@@ -160,7 +160,7 @@ fn refuse(access: &ReadAccess, req: &Request) -> Response {
             .path_and_query()
             .map(|p| p.as_str())
             .unwrap_or("/");
-        let to = format!("/login?next={}", app::ui::query::encode(here));
+        let to = format!("/login?next={}", tokenscope_core::query::encode(here));
         return (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
     }
     let message = match (&access.token, &access.user_header) {
@@ -238,7 +238,7 @@ pub async fn login(
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
     let cookie = format!(
         "{COOKIE}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=2592000{}",
-        app::model::hex(&presented),
+        tokenscope_core::model::hex(&presented),
         if https { "; Secure" } else { "" }
     );
     let mut r = (
@@ -268,7 +268,7 @@ pub async fn logout() -> Response {
 }
 
 fn login_html(access: &ReadAccess, next: &str, error: Option<&str>) -> Response {
-    use app::html::escape;
+    use tokenscope_core::html::escape;
     let body = if access.token.is_some() {
         let going = if next == "/" {
             String::new()
@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(access.reader(&h), None);
         let value = format!(
             "a=1; {COOKIE}={}",
-            app::model::hex(&digest("0123456789abcdef"))
+            tokenscope_core::model::hex(&digest("0123456789abcdef"))
         );
         h.insert(header::COOKIE, value.parse().unwrap());
         assert_eq!(access.reader(&h), Some(Reader::Token));

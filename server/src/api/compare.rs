@@ -8,9 +8,9 @@ use axum::{
     extract::{Query, State},
 };
 
-use app::analysis::compare::{deltas, headline};
-use app::api::Comparison;
-use app::model::Nanos;
+use tokenscope_core::analysis::compare::{deltas, headline};
+use tokenscope_core::api::Comparison;
+use tokenscope_core::model::Nanos;
 
 use super::{ListParams, ThresholdParams, width_px};
 use crate::error::{Error, Result};

@@ -6,7 +6,7 @@ use axum::{
     extract::{Path, Query, State},
 };
 
-use app::analysis::diagnosis::Diagnosis;
+use tokenscope_core::analysis::diagnosis::Diagnosis;
 
 use super::{ThresholdParams, list, parse_int};
 use crate::error::{Error, Result};

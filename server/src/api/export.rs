@@ -7,7 +7,7 @@ use axum::{
     response::IntoResponse,
 };
 
-use app::api::RequestDetail;
+use tokenscope_core::api::RequestDetail;
 
 use super::{ThresholdParams, list};
 use crate::error::Result;

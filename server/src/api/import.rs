@@ -28,7 +28,7 @@ pub(super) async fn import(
     Extension(grant): Extension<Grant>,
     Query(p): Query<ImportParams>,
     body: axum::body::Bytes,
-) -> Result<Json<app::api::ImportReply>> {
+) -> Result<Json<tokenscope_core::api::ImportReply>> {
     let format = Format::parse(p.format.as_deref().unwrap_or(""))?.resolve(&body)?;
     let clock_offset_s = non_empty(p.clock_offset_s)
         .map(|v| {

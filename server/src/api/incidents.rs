@@ -10,7 +10,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use app::api::{CreatedIncident, Incident, IncidentList, NewIncident};
+use tokenscope_core::api::{CreatedIncident, Incident, IncidentList, NewIncident};
 
 use super::{non_empty, parse_int};
 use crate::access::Reader;
@@ -78,7 +78,7 @@ pub(super) async fn revoke(
 
 /// The incident page's full address as the client reached this server.
 fn page_url(headers: &HeaderMap, slug: &str) -> String {
-    let origin = app::ui::links::origin(|n| {
+    let origin = tokenscope_core::links::origin(|n| {
         headers
             .get(n)
             .and_then(|v| v.to_str().ok())

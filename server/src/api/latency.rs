@@ -6,7 +6,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use app::api::LatencySeries;
+use tokenscope_core::api::LatencySeries;
 
 use super::{ListParams, width_px};
 use crate::error::Result;

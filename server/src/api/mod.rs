@@ -1,5 +1,5 @@
 //! The JSON query API (`/api/v1/...`) and health probes, one file per resource; response types
-//! live in `app::api`. This file holds the routes and the parsing every resource shares: query
+//! live in `tokenscope_core::api`. This file holds the routes and the parsing every resource shares: query
 //! parameters arrive as strings and are parsed here, so a bad one gets a message that names it.
 
 use axum::{
@@ -10,8 +10,8 @@ use axum::{
 };
 use serde::Deserialize;
 
-use app::analysis::diagnosis::Thresholds;
-use app::api::InstanceList;
+use tokenscope_core::analysis::diagnosis::Thresholds;
+use tokenscope_core::api::InstanceList;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@ use axum::{
     extract::{Path, Query, State},
 };
 
-use app::api::{RequestDetail, RequestList};
+use tokenscope_core::api::{RequestDetail, RequestList};
 
 use super::{ListParams, ThresholdParams, list};
 use crate::error::Result;

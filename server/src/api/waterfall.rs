@@ -6,7 +6,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use app::analysis::waterfall::{RowOrder, Waterfall};
+use tokenscope_core::analysis::waterfall::{RowOrder, Waterfall};
 
 use super::{list, non_empty, parse_int, width_px};
 use crate::error::{Error, Result};

@@ -7,8 +7,8 @@
 
 use serde::Serialize;
 
-use app::api::{RequestDetail, StageKind};
-use app::model::Nanos;
+use tokenscope_core::api::{RequestDetail, StageKind};
+use tokenscope_core::model::Nanos;
 
 /// One event of the Trace Event Format (`ph`: `X` complete, `i` instant, `C` counter,
 /// `M` metadata).

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use app::api::{RequestDetail, TokenView};
+use tokenscope_core::api::{RequestDetail, TokenView};
 
 const HEADER: &str = "index,token_id,text,special,emitted_ns,latency_ms,wait_ms,compute_ms,\
 iteration,batch_size,waiting,logprob,probability,rank,entropy,margin,flags,prefilled_meanwhile";

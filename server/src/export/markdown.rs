@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use app::api::Incident;
+use tokenscope_core::api::Incident;
 
 /// Text as inert Markdown: one line, the characters that make emphasis, links, images, HTML,
 /// headings, tables or code escaped (no `[` means no link; the rest stays readable).

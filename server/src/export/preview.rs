@@ -10,9 +10,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use app::analysis::waterfall::Track;
-use app::api::{Incident, StageKind};
-use app::model::Nanos;
+use tokenscope_core::analysis::waterfall::Track;
+use tokenscope_core::api::{Incident, StageKind};
+use tokenscope_core::model::Nanos;
 
 use crate::error::{Error, Result};
 
@@ -214,14 +214,14 @@ fn tracks<DB: DrawingBackend>(root: &Area<DB>, incident: &Incident) -> Result<()
             .map_err(err)?;
         }
         // Where the victim waited past its SLOs: a band under its bar.
-        let th = app::analysis::diagnosis::Thresholds::default();
+        let th = tokenscope_core::analysis::diagnosis::Thresholds::default();
         for r in incident
             .snapshot
             .requests
             .iter()
             .filter(|r| r.detail.summary.request_id == t.request_id)
         {
-            for (a, b) in app::analysis::diagnosis::stalls(&r.detail, th.ttft_ms, th.tpot_ms) {
+            for (a, b) in r.detail.stalls(th.ttft_ms, th.tpot_ms) {
                 let (x0, x1) = (clip(x(a)), clip(x(b)));
                 root.draw(&Rectangle::new(
                     [(x0, y + row_h - 7), (x1.max(x0 + 2), y + row_h - 2)],

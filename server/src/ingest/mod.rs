@@ -12,31 +12,15 @@ pub mod native;
 pub mod otlp;
 pub mod otlp_endpoints;
 
-use app::model::{Iteration, RequestTrace, Resource, validate};
+use tokenscope_core::model::{RequestTrace, validate};
 
 use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::{Batch, Reason, Source};
 use crate::proto::v1;
-use crate::store::{Store, vocab::TextsById};
-
-/// One item of a batch with a label that names it in rejection messages.
-#[derive(Debug)]
-pub struct Item<T> {
-    pub label: String,
-    pub value: T,
-}
-
-/// The valid items of one resource (instance) in a batch.
-#[derive(Debug)]
-pub struct ResourceBatch {
-    pub resource: Resource,
-    pub requests: Vec<Item<RequestTrace>>,
-    pub iterations: Vec<Item<Iteration>>,
-    /// Set when the sender gave token texts by id: then the requests' tokens and candidates
-    /// without a text of their own have their id's text (from here, or stored earlier).
-    pub texts_by_id: Option<TextsById>,
-}
+use crate::store::Store;
+// The write batch is the store's type: adapters fill it, the store takes it.
+pub use crate::store::batch::{Item, ResourceBatch, Stored};
 
 /// An item that was refused, and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,19 +45,6 @@ pub enum ItemKind {
 pub struct Decoded {
     pub batches: Vec<ResourceBatch>,
     pub rejections: Vec<Rejection>,
-}
-
-/// What the store did with the valid items.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Stored {
-    pub accepted_requests: u64,
-    pub duplicate_requests: u64,
-    pub accepted_iterations: u64,
-    /// Output tokens of the requests newly stored.
-    pub accepted_tokens: u64,
-    /// Distinct token ids (per resource) whose text was to come by id, but which neither the
-    /// export nor the vocabulary had.
-    pub texts_missing: u64,
 }
 
 /// Fills what the model defines as derivable: output count from the tokens, ranks from candidates.

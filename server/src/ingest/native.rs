@@ -1,6 +1,6 @@
 //! Adapter for tokenscope's own wire format (`proto/tokenscope/v1`, gRPC or proto3 JSON).
 
-use app::model::{
+use tokenscope_core::model::{
     self, BatchEntry, Candidate, EngineKind, FinishReason, Iteration, KvTransfer, Phase,
     Preemption, PrefillChunk, RequestTrace, Resource, Role, SamplingParams, SpecialToken, Token,
     validate::{self, FieldError},

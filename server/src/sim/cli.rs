@@ -2,7 +2,7 @@
 //! built whole (they are small and carry ground truth); rate and replay traffic streams, sent
 //! while it is simulated, so memory stays bounded however long the run.
 
-use app::model::{Nanos, Role};
+use tokenscope_core::model::{Nanos, Role};
 
 use super::deliver::{self, Delivered, Summary};
 use super::engine::SimRequest;

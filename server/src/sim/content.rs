@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use app::model::{Candidate, SpecialToken, Token};
+use tokenscope_core::model::{Candidate, SpecialToken, Token};
 
 use crate::fixtures::Rng;
 

@@ -11,7 +11,7 @@
 //! 7–8 ms per step and prefills about 25–30k tokens/s, in line with published vLLM and SGLang
 //! benchmarks of that setup.
 
-use app::model::Nanos;
+use tokenscope_core::model::Nanos;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Profile {

@@ -12,7 +12,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tonic::codegen::Bytes;
 use tonic::transport::Channel;
 
-use app::model::{Iteration, Nanos, RequestTrace, Resource};
+use tokenscope_core::model::{Iteration, Nanos, RequestTrace, Resource};
 
 use crate::error::{Error, Result};
 use crate::ingest::native::{intern_texts, to_wire};
@@ -196,7 +196,7 @@ impl Summary {
     }
 
     pub fn add(&mut self, r: &RequestTrace) {
-        let m = app::analysis::metrics::request_metrics(r);
+        let m = tokenscope_core::analysis::metrics::request_metrics(r);
         self.requests += 1;
         self.tokens += r.tokens.len();
         self.ttft.extend(m.ttft_ns);
@@ -348,7 +348,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use app::model::{BatchEntry, Phase, Role};
+    use tokenscope_core::model::{BatchEntry, Phase, Role};
 
     use super::*;
 

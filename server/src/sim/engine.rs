@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use app::model::{
+use tokenscope_core::model::{
     BatchEntry, FinishReason, Iteration, Nanos, Phase, Preemption, PrefillChunk, RequestTrace,
     Token,
 };

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use app::model::Nanos;
+use tokenscope_core::model::Nanos;
 
 use super::engine::SimRequest;
 use crate::error::{Error, Result};

@@ -15,7 +15,7 @@ pub mod scenarios;
 
 use std::ops::ControlFlow;
 
-use app::model::{Nanos, Role};
+use tokenscope_core::model::{Nanos, Role};
 
 use crate::fixtures::Rng;
 use engine::{EngineConfig, Event, Output, SimRequest};

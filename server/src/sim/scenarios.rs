@@ -3,7 +3,9 @@
 
 use serde::Serialize;
 
-use app::model::{EngineKind, FinishReason, KvTransfer, Nanos, RequestTrace, Resource, Role};
+use tokenscope_core::model::{
+    EngineKind, FinishReason, KvTransfer, Nanos, RequestTrace, Resource, Role,
+};
 
 use super::content::{self, Ending};
 use super::cost::profile;
@@ -443,8 +445,8 @@ pub fn build(name: &str, t0: Nanos, seed: u64) -> Option<Scenario> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use app::analysis::metrics::request_metrics;
-    use app::model::RequestTrace;
+    use tokenscope_core::analysis::metrics::request_metrics;
+    use tokenscope_core::model::RequestTrace;
 
     const T0: Nanos = 1_796_022_000_000_000_000;
 
@@ -589,11 +591,11 @@ mod tests {
                     "{name} is deterministic"
                 );
                 for r in &ra.output.requests {
-                    app::model::validate::request(r)
+                    tokenscope_core::model::validate::request(r)
                         .unwrap_or_else(|e| panic!("{name} {}: {e}", r.request_id));
                 }
                 for it in &ra.output.iterations {
-                    app::model::validate::iteration(it).unwrap();
+                    tokenscope_core::model::validate::iteration(it).unwrap();
                 }
             }
         }

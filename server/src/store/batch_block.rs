@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use app::model::{BatchEntry, Phase};
+use tokenscope_core::model::{BatchEntry, Phase};
 
 use super::bytes::{Reader, Writer};
 use crate::error::{Error, Result};

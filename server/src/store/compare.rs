@@ -4,10 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use app::analysis::compare::{BINS_PER_OCTAVE, bin};
-use app::analysis::diagnosis::{Cause, Thresholds};
-use app::api::{CauseCount, CompareSide, HistogramBin, Percentiles};
-use app::model::Nanos;
+use tokenscope_core::analysis::compare::{BINS_PER_OCTAVE, bin};
+use tokenscope_core::analysis::diagnosis::{Cause, Thresholds};
+use tokenscope_core::api::{CauseCount, CompareSide, HistogramBin, Percentiles};
+use tokenscope_core::model::Nanos;
 
 use super::{RequestFilter, Store, read::count};
 use crate::error::Result;

@@ -1,11 +1,11 @@
 //! Reads what a diagnosis looks at: an instance's iterations and its other requests around a
-//! request, then runs the pure diagnosis from `app::analysis::diagnosis`.
+//! request, then runs the pure diagnosis from `tokenscope_core::analysis::diagnosis`.
 
-use app::analysis::diagnosis::{
+use tokenscope_core::analysis::diagnosis::{
     Context, Diagnosis, OtherRequest, Severity, Thresholds, Verdict, diagnose, merge,
 };
-use app::analysis::metrics::request_metrics;
-use app::model::{Iteration, Nanos, RequestTrace};
+use tokenscope_core::analysis::metrics::request_metrics;
+use tokenscope_core::model::{Iteration, Nanos, RequestTrace};
 
 use std::collections::BTreeMap;
 

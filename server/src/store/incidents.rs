@@ -9,13 +9,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use app::analysis::diagnosis::{Diagnosis, Thresholds};
-use app::analysis::token_view::StepLoad;
-use app::analysis::waterfall::{RowOrder, Waterfall};
-use app::api::{
+use tokenscope_core::analysis::diagnosis::{Diagnosis, Thresholds};
+use tokenscope_core::analysis::token_view::StepLoad;
+use tokenscope_core::analysis::waterfall::{RowOrder, Waterfall};
+use tokenscope_core::api::{
     Incident, IncidentRequest, IncidentSnapshot, IncidentSummary, NewIncident, RequestPart, Stage,
 };
-use app::model::{EngineKind, Nanos, RequestTrace, Role};
+use tokenscope_core::model::{EngineKind, Nanos, RequestTrace, Role};
 
 use super::read::{Loaded, detail};
 use super::{Rows, Store, token_block};

@@ -1,8 +1,8 @@
 //! Reads latency over time: per-bucket TTFT/TPOT percentiles and SLO breaches, computed where the
 //! data is from the per-request columns derived at ingest (no token block is read).
 
-use app::api::{LatencyBucket, LatencySeries, Percentiles};
-use app::model::Nanos;
+use tokenscope_core::api::{LatencyBucket, LatencySeries, Percentiles};
+use tokenscope_core::model::Nanos;
 
 use super::{RequestFilter, Store, read::count};
 use crate::error::{Error, Result};
@@ -33,7 +33,7 @@ impl Store {
                 "from={from} must be before to={to}"
             )));
         }
-        let bucket = app::analysis::waterfall::bucket_ns(from, to, width_px);
+        let bucket = tokenscope_core::analysis::waterfall::bucket_ns(from, to, width_px);
         let slo_ns = |slo_ms: f64| (slo_ms * 1e6) as Nanos;
         let rows = sqlx::query!(
             r#"SELECT (r.arrival_ns - $4) / $6 AS "k!", count(*)::int AS "requests!",

@@ -1,5 +1,6 @@
 //! Postgres storage: the only module that speaks SQL.
 
+pub mod batch;
 pub mod batch_block;
 mod bytes;
 mod compare;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use sqlx::{PgPool, postgres::PgPoolOptions};
 
-use app::model::Nanos;
+use tokenscope_core::model::Nanos;
 
 use crate::error::Result;
 

@@ -5,8 +5,8 @@ use std::sync::Mutex;
 
 use sqlx::PgPool;
 
-use app::model::Nanos;
-use app::model::calendar::{civil_from_days, days_from_civil};
+use tokenscope_core::model::Nanos;
+use tokenscope_core::model::calendar::{civil_from_days, days_from_civil};
 
 use crate::error::Result;
 

@@ -3,13 +3,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use app::analysis::{
+use tokenscope_core::analysis::{
     pd,
     stages::stages,
     token_view::{StepLoad, token_views},
 };
-use app::api::{InstanceInfo, RequestDetail, RequestPart, RequestSummary, Stage};
-use app::model::{BatchEntry, EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
+use tokenscope_core::api::{InstanceInfo, RequestDetail, RequestPart, RequestSummary, Stage};
+use tokenscope_core::model::{BatchEntry, EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
 
 use super::{Store, batch_block, token_block, write::Detail};
 use crate::error::{Error, Result};
@@ -64,7 +64,7 @@ impl Loaded {
         self.parts
             .iter()
             .map(|p| {
-                let m = app::analysis::metrics::request_metrics(&p.trace);
+                let m = tokenscope_core::analysis::metrics::request_metrics(&p.trace);
                 RequestPart {
                     instance: p.instance.clone(),
                     role: p.role,
@@ -190,7 +190,9 @@ pub(super) fn count(v: i32) -> u32 {
 
 /// A W3C trace id as bytes, when `s` is one (32 hex digits).
 fn trace_id_bytes(s: &str) -> Option<Vec<u8>> {
-    (s.len() == 32).then(|| app::model::unhex(s)).flatten()
+    (s.len() == 32)
+        .then(|| tokenscope_core::model::unhex(s))
+        .flatten()
 }
 
 impl Store {
@@ -379,8 +381,11 @@ impl Store {
         };
         let mut trace = RequestTrace {
             request_id: row.request_id,
-            trace_id: row.trace_id.as_deref().map(app::model::hex),
-            parent_span_id: row.parent_span_id.as_deref().map(app::model::hex),
+            trace_id: row.trace_id.as_deref().map(tokenscope_core::model::hex),
+            parent_span_id: row
+                .parent_span_id
+                .as_deref()
+                .map(tokenscope_core::model::hex),
             arrival_ns: row.arrival_ns,
             finished_ns: row.finished_ns,
             finish_reason: FinishReason::parse(&row.finish_reason).unwrap_or_default(),
@@ -406,7 +411,7 @@ impl Store {
         &self,
         request_id: &str,
         instances: &[String],
-        th: &app::analysis::diagnosis::Thresholds,
+        th: &tokenscope_core::analysis::diagnosis::Thresholds,
     ) -> Result<RequestDetail> {
         let (loaded, loads) = self.load_with_steps(request_id, instances).await?;
         Ok(detail(loaded, &loads, th))
@@ -447,7 +452,7 @@ impl Store {
                 }
                 Ok(batch_block::decode(&row.batch)?
                     .into_iter()
-                    .filter(|e| e.phase == app::model::Phase::Prefill)
+                    .filter(|e| e.phase == tokenscope_core::model::Phase::Prefill)
                     .collect())
             })
             .collect::<Result<Vec<Vec<_>>>>()?;
@@ -530,7 +535,7 @@ impl Store {
 pub fn detail(
     loaded: Loaded,
     loads: &[StepLoad],
-    th: &app::analysis::diagnosis::Thresholds,
+    th: &tokenscope_core::analysis::diagnosis::Thresholds,
 ) -> RequestDetail {
     let parts = loaded.part_summaries();
     let stages = loaded.stages();
@@ -542,7 +547,7 @@ pub fn detail(
         model,
         ..
     } = loaded;
-    let m = app::analysis::metrics::request_metrics(&trace);
+    let m = tokenscope_core::analysis::metrics::request_metrics(&trace);
     RequestDetail {
         summary: RequestSummary {
             request_id: trace.request_id.clone(),

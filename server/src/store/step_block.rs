@@ -23,7 +23,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use app::model::{Iteration, Nanos, Phase};
+use tokenscope_core::model::{Iteration, Nanos, Phase};
 
 use super::bytes::Reader;
 use super::token_block::{compress, inflate};

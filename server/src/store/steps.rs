@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use app::model::Nanos;
+use tokenscope_core::model::Nanos;
 
 use super::Store;
 use super::step_block::{self, Step};

@@ -14,7 +14,7 @@
 //! Token texts equal to the model's vocabulary entry are stored as a reference (the vocab table);
 //! only texts that differ are stored inline.
 
-use app::model::{Candidate, Nanos, SpecialToken, Token};
+use tokenscope_core::model::{Candidate, Nanos, SpecialToken, Token};
 
 use super::bytes::{Reader, Writer};
 use crate::error::{Error, Result};

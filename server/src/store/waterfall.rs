@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
-use app::analysis::stages::{coarse_stages, stages};
-use app::analysis::waterfall::{self, Bucket, Lane, Step, Track, Waterfall};
-use app::model::{Nanos, RequestTrace, ms};
+use tokenscope_core::analysis::stages::{coarse_stages, stages};
+use tokenscope_core::analysis::waterfall::{self, Bucket, Lane, Step, Track, Waterfall};
+use tokenscope_core::model::{Nanos, RequestTrace, ms};
 
 use super::{REQUEST_LOOKBACK_NS, Store, read::count, token_block, write::Detail};
 use crate::error::{Error, Result};
@@ -239,7 +239,8 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        let mut found: HashMap<String, (Vec<app::api::Stage>, Vec<Nanos>)> = HashMap::new();
+        let mut found: HashMap<String, (Vec<tokenscope_core::api::Stage>, Vec<Nanos>)> =
+            HashMap::new();
         for r in details {
             let mut trace = RequestTrace {
                 request_id: r.request_id,

@@ -5,11 +5,11 @@
 use sqlx::{Connection, PgConnection};
 
 use crate::common::*;
-use app::model::{BatchEntry, Iteration, Phase};
 use tokenscope::fixtures;
 use tokenscope::ingest::native::to_wire;
 use tokenscope::proto::v1;
 use tokenscope::store::batch_block::{self, Who};
+use tokenscope_core::model::{BatchEntry, Iteration, Phase};
 
 /// Steps of three requests: the first two prefill in chunks while the third decodes.
 fn steps() -> Vec<Iteration> {

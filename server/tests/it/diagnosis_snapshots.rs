@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use app::analysis::diagnosis::{Context, OtherRequest, Thresholds, diagnose};
 use tokenscope::sim;
+use tokenscope_core::analysis::diagnosis::{Context, OtherRequest, Thresholds, diagnose};
 
 const T0: i64 = 1_796_022_000_000_000_000;
 

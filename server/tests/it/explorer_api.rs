@@ -16,7 +16,7 @@ fn ids(v: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-async fn two_instances(app: &TestApp) -> Vec<app::model::RequestTrace> {
+async fn two_instances(app: &TestApp) -> Vec<tokenscope_core::model::RequestTrace> {
     let mut grpc = app.grpc().await;
     let reqs: Vec<_> = (0..12)
         .map(|i| {

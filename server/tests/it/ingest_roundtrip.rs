@@ -3,10 +3,10 @@
 
 use crate::common;
 
-use app::api::RequestDetail;
-use app::model::{RequestTrace, ms};
 use common::*;
 use tokenscope::fixtures;
+use tokenscope_core::api::RequestDetail;
+use tokenscope_core::model::{RequestTrace, ms};
 
 /// Checks the API's view of a request against the trace that was sent, field by field.
 fn assert_same(detail: &RequestDetail, sent: &RequestTrace, batch_size: u32, waiting: u32) {

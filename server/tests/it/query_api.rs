@@ -10,7 +10,7 @@ async fn lists_filter_and_order() {
     let app = spawn_app().await;
     let mut grpc = app.grpc().await;
     let mut a = fixtures::resource("gpu-a");
-    a.engine = app::model::EngineKind::Sglang;
+    a.engine = tokenscope_core::model::EngineKind::Sglang;
     let b = fixtures::resource("gpu-b");
     let reqs_a: Vec<_> = (0..5)
         .map(|i| {

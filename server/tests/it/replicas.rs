@@ -148,7 +148,7 @@ async fn a_token_another_replica_stored_first_with_another_text_keeps_its_own_te
         .unwrap();
     assert_eq!(tilde, 0, "the vocabulary keeps the first replica's texts");
     for (app, sent) in [(&a, &first), (&b, &second), (&a, &second), (&b, &first)] {
-        let detail: app::api::RequestDetail = serde_json::from_value(
+        let detail: tokenscope_core::api::RequestDetail = serde_json::from_value(
             app.get_json(&format!("/api/v1/requests/{}", sent.request_id))
                 .await,
         )

@@ -61,7 +61,10 @@ async fn the_sign_in_page_keeps_a_hostile_next_as_text() {
     let app = spawn_app_with(|c| c.access.read_token = Some(READ_TOKEN.into())).await;
     let next = "/x</title><script>alert(1)</script>\"><img src=x onerror=alert(2)>";
     let resp = app
-        .get(&format!("/login?next={}", app::ui::query::encode(next)))
+        .get(&format!(
+            "/login?next={}",
+            tokenscope_core::query::encode(next)
+        ))
         .await;
     assert_eq!(resp.status(), 200);
     assert!(header(&resp, "content-security-policy").contains("script-src 'self' 'nonce-"));

@@ -3,10 +3,10 @@
 
 use std::collections::HashSet;
 
-use app::api::RequestDetail;
-use app::model::RequestTrace;
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
+use tokenscope_core::api::RequestDetail;
+use tokenscope_core::model::RequestTrace;
 
 use crate::common::*;
 use tokenscope::fixtures;

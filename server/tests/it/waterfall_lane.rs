@@ -4,11 +4,11 @@
 
 use crate::common;
 
-use app::analysis::waterfall::{Lane, Step, bucketize, grid};
-use app::model::Phase;
 use common::*;
 use sqlx::Connection;
 use tokenscope::sim;
+use tokenscope_core::analysis::waterfall::{Lane, Step, bucketize, grid};
+use tokenscope_core::model::Phase;
 
 #[tokio::test]
 async fn lane_buckets_equal_the_raw_steps_bucketed_on_the_same_grid() {

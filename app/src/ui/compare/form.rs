@@ -7,7 +7,7 @@ use leptos_router::hooks::use_navigate;
 
 use super::KEYS;
 use crate::api::CompareSide;
-use crate::ui::query::build;
+use crate::query::build;
 use crate::ui::time::{Zone, input_value, parse_input};
 
 #[component]

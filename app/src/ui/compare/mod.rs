@@ -10,9 +10,9 @@ use leptos_router::hooks::use_query_map;
 use super::chart::{LatencyChart, Metric};
 use super::fetch::get_json;
 use super::format::{duration_ms, thousands};
-use super::query::build;
 use super::time::{Zone, date_time};
 use crate::api::{CompareSide, Comparison, Delta, HistogramBin};
+use crate::query::build;
 
 /// The parameters a comparison is made of, as they stand in the page's URL and the API's.
 pub const KEYS: [&str; 12] = [
@@ -208,7 +208,7 @@ fn causes(a: &CompareSide, b: &CompareSide) -> impl IntoView + use<> {
                 c.map(|c| {
                     c.examples
                         .iter()
-                        .map(|id| view! { <a href=super::links::request_href(&inst, id)>{id.clone()}</a>" " })
+                        .map(|id| view! { <a href=crate::links::request_href(&inst, id)>{id.clone()}</a>" " })
                         .collect_view()
                 })
             };

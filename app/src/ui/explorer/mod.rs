@@ -10,9 +10,9 @@ use leptos_router::hooks::{use_navigate, use_query_map};
 
 use super::chart::{LatencyChart, Metric};
 use super::fetch::get_json;
-use super::query::{build, opt};
 use super::time::now_ns;
 use crate::api::{InstanceList, LatencySeries, RequestList};
+use crate::query::{build, opt};
 use state::{ExplorerQuery, PAGE_ROWS};
 
 /// What one URL of the explorer shows: the series (which also settles the window) and a page.

@@ -3,7 +3,7 @@
 use leptos_router::params::ParamsMap;
 
 use crate::model::Nanos;
-use crate::ui::query::{build, opt};
+use crate::query::{build, opt};
 use crate::ui::time::{HOUR, MINUTE};
 
 pub const PAGE_ROWS: u32 = 100;
@@ -159,7 +159,7 @@ mod tests {
             href,
             "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&order=e2e_asc&page=2"
         );
-        let pairs = crate::ui::query::parse(href.trim_start_matches('/'));
+        let pairs = crate::query::parse(href.trim_start_matches('/'));
         let lookup = |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone());
         assert_eq!(ExplorerQuery::from_lookup(lookup), q);
         let plain = ExplorerQuery::from_lookup(|_| None);

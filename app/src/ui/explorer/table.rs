@@ -6,8 +6,8 @@ use leptos::prelude::*;
 use super::ExplorerData;
 use super::state::{ExplorerQuery, PAGE_ROWS};
 use crate::api::RequestSummary;
+use crate::links::{request_href, waterfall_href};
 use crate::ui::format::{duration_ms, thousands};
-use crate::ui::links::{request_href, waterfall_href};
 use crate::ui::time::{Zone, clock, date_time, span};
 
 const COLUMNS: [(&str, &str, &str); 7] = [

@@ -5,8 +5,8 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
 use crate::api::IncidentList as List;
+use crate::query::build;
 use crate::ui::fetch::get_json;
-use crate::ui::query::build;
 use crate::ui::time::{Zone, date_time};
 
 #[component]

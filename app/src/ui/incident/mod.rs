@@ -14,8 +14,8 @@ use leptos_router::hooks::use_params_map;
 pub use list::IncidentList;
 
 use crate::api::Incident;
+use crate::query::encode;
 use crate::ui::fetch::get_json;
-use crate::ui::query::encode;
 use crate::ui::request::state::RequestQuery;
 use crate::ui::time::{Zone, date_time, span};
 
@@ -25,7 +25,7 @@ fn base_url() -> String {
     {
         use_context::<http::request::Parts>()
             .and_then(|p| {
-                crate::ui::links::origin(|n| {
+                crate::links::origin(|n| {
                     p.headers
                         .get(n)
                         .and_then(|v| v.to_str().ok())

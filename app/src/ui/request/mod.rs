@@ -18,8 +18,8 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::analysis::diagnosis::{Diagnosis, Thresholds};
 use crate::api::{RequestDetail, RequestList, RequestSummary};
+use crate::query::{build, encode};
 use crate::ui::fetch::get_json;
-use crate::ui::query::{build, encode};
 use state::RequestQuery;
 
 /// Why the page has no request to show.
@@ -61,7 +61,7 @@ fn missing(m: Missing) -> impl IntoView {
         Missing::Several(parts) => view! {
             <p data-testid="request-several">"This id names requests on several instances (a PD request has a prefill and a decode part). Open one:"</p>
             <ul>{parts.into_iter().map(|r| view! {
-                <li><a href=crate::ui::links::request_href(&r.instance, &r.request_id)>{r.instance.clone()}</a>
+                <li><a href=crate::links::request_href(&r.instance, &r.request_id)>{r.instance.clone()}</a>
                     {format!(" · {} → {} tokens", r.prompt_tokens, r.output_tokens)}</li>
             }).collect_view()}</ul>
         }.into_any(),

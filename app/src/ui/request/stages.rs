@@ -5,7 +5,6 @@
 use leptos::prelude::*;
 
 use super::Rq;
-use crate::analysis::diagnosis::stalls;
 use crate::api::StageKind;
 use crate::model::Nanos;
 use crate::ui::format::{duration_ms, thousands};
@@ -78,7 +77,7 @@ pub fn Strip(rq: Rq) -> impl IntoView {
                 view! { <div class=class(s.kind) style=format!("left:{l:.3}%;width:{:.3}%", (r - l).max(0.15)) title=title></div> }
             })
             .collect_view();
-        let stalled = stalls(d, th.ttft_ms, th.tpot_ms)
+        let stalled = d.stalls(th.ttft_ms, th.tpot_ms)
             .into_iter()
             .map(|(a, b)| {
                 let (l, r) = (pct(a), pct(b));

@@ -1,7 +1,7 @@
 //! The request page's view state, all of it in the URL: which part of a request id shared by
 //! several instances, the selected token, the brushed range, log scale, visible whitespace.
 
-use crate::ui::query::build;
+use crate::query::build;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestQuery {
@@ -74,7 +74,7 @@ mod tests {
         };
         let s = q.query();
         assert_eq!(s, "?instance=gpu%207&tok=41&range=10-50&log=1");
-        let pairs = crate::ui::query::parse(&s);
+        let pairs = crate::query::parse(&s);
         let back =
             RequestQuery::from_lookup(|k| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone()));
         assert_eq!(back, q);

@@ -6,10 +6,10 @@ use leptos::prelude::*;
 use super::Rq;
 use crate::analysis::diagnosis::{Diagnosis, Verdict};
 use crate::api::{RequestDetail, StageKind};
+use crate::links::{request_href, waterfall_href};
 use crate::model::{FinishReason, Role, SamplingParams, ms};
+use crate::query::{build, encode};
 use crate::ui::format::{duration_ms, thousands};
-use crate::ui::links::{request_href, waterfall_href};
-use crate::ui::query::{build, encode};
 use crate::ui::time::{Zone, date_time};
 
 fn sampling_text(s: &SamplingParams) -> String {

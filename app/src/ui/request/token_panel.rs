@@ -7,8 +7,8 @@ use leptos::prelude::*;
 use super::Rq;
 use super::token_text::{Piece, candidate, pieces, plain};
 use crate::api::TokenView;
+use crate::links::request_href;
 use crate::ui::format::{duration_ms, thousands};
-use crate::ui::links::request_href;
 
 /// UTF-8 bytes in hex, for text whose characters do not show what they are.
 fn bytes_if_odd(text: Option<&str>) -> Option<String> {

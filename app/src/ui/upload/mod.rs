@@ -6,7 +6,7 @@
 use leptos::prelude::*;
 
 use crate::api::ImportReply;
-use crate::ui::links::request_href;
+use crate::links::request_href;
 
 /// A response to try the page with: an answer cut short by an end-of-text token the model
 /// gave 12 %.
@@ -125,9 +125,9 @@ mod live {
 
     use super::Outcome;
     use crate::api::ImportReply;
+    use crate::links::request_href;
+    use crate::query::build;
     use crate::ui::fetch::post_json;
-    use crate::ui::links::request_href;
-    use crate::ui::query::build;
 
     pub fn send(
         text: String,

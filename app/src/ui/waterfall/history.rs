@@ -14,7 +14,7 @@ pub(super) fn follow(wf: Wf) {
         let Some(search) = web_sys::window().and_then(|w| w.location().search().ok()) else {
             return;
         };
-        let pairs = crate::ui::query::parse(&search);
+        let pairs = crate::query::parse(&search);
         let q =
             WaterfallQuery::from_lookup(|k| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone()));
         if q == wf.q.get_value() || q.instance != wf.q.with_value(|c| c.instance.clone()) {

@@ -217,7 +217,7 @@ pub(super) fn listen(wf: Wf) {
         let (x, y) = local_xy(&c, &e);
         if let Some((id, part)) = track_at(wf, x, y) {
             let instance = part.unwrap_or_else(|| wf.q.with_value(|q| q.instance.clone()));
-            let href = crate::ui::links::request_href(&instance, &id);
+            let href = crate::links::request_href(&instance, &id);
             let _ = web_sys::window().map(|w| w.location().set_href(&href));
         }
     });

@@ -11,12 +11,11 @@ use super::geometry::Viewport;
 use super::interact::ARRIVED;
 use super::{ROW_H, ROW_MARGIN, Selected, Selection, Wf, history};
 use crate::analysis::diagnosis::Thresholds;
-use crate::analysis::diagnosis::stalls;
 use crate::analysis::waterfall::Waterfall;
 use crate::api::RequestDetail;
+use crate::query::{build, encode, opt};
 use crate::ui::canvas::now_ms;
 use crate::ui::fetch::get_json;
-use crate::ui::query::{build, encode, opt};
 
 /// Quiet time after the last change of the view before data is fetched for it.
 const DEBOUNCE: Duration = Duration::from_millis(120);
@@ -173,7 +172,7 @@ pub(super) fn selection(wf: Wf, selected: Resource<Result<Option<Selected>, Stri
             }
             let th = Thresholds::default();
             wf.sel.update(|s| {
-                s.stalls = stalls(&d, th.ttft_ms, th.tpot_ms);
+                s.stalls = d.stalls(th.ttft_ms, th.tpot_ms);
                 s.token_times = d.tokens.iter().filter_map(|t| t.emitted_ns).collect();
                 // The whole request, all its parts: what F fits.
                 let track = wf.data.with_untracked(|w| {

@@ -23,12 +23,12 @@ use leptos_router::hooks::use_query_map;
 
 use super::fetch::get_json;
 use super::format::{duration_ms, thousands};
-use super::query::{build, encode};
 use super::time::{Zone, date_time, span};
 use crate::analysis::diagnosis::Diagnosis;
 use crate::analysis::waterfall::Waterfall;
 use crate::api::{InstanceList, RequestList};
 use crate::model::Nanos;
+use crate::query::{build, encode};
 use geometry::Viewport;
 use state::WaterfallQuery;
 
@@ -222,7 +222,7 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
             z.label()
         )
     };
-    let explorer = super::query::build(&[("instance", q.instance.clone())]);
+    let explorer = crate::query::build(&[("instance", q.instance.clone())]);
     view! {
         <div class="wf-head panel">
             <div>
@@ -303,7 +303,7 @@ fn RowLabels(wf: Wf) -> impl IntoView {
                     let is_sel = selected.as_deref() == Some(id.as_str());
                     let culprit = sel.culprits.contains(&id);
                     let part = t.parts.last().unwrap_or(&instance);
-                    let href = super::links::request_href(part, &id);
+                    let href = crate::links::request_href(part, &id);
                     // What broke, if anything; else how long it took.
                     let th = crate::analysis::diagnosis::Thresholds::default();
                     let (note, bad) = match (t.ttft_ms, t.tpot_ms) {

@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use super::state::WaterfallQuery;
 use super::{Selected, Wf};
 use crate::analysis::diagnosis::Verdict;
-use crate::ui::links::request_href;
+use crate::links::request_href;
 
 #[component]
 pub fn Panel(wf: Wf, selected: Resource<Result<Option<Selected>, String>>) -> impl IntoView {

@@ -4,7 +4,7 @@
 use leptos_router::params::ParamsMap;
 
 use crate::model::Nanos;
-use crate::ui::query::{build, opt};
+use crate::query::{build, opt};
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct WaterfallQuery {
@@ -87,7 +87,7 @@ mod tests {
             href,
             "/waterfall?instance=gpu%207&from=100&to=900&zfrom=200&zto=300&focus=req%2F1&compact=1&sort=tpot"
         );
-        let pairs = crate::ui::query::parse(href.split_once('?').unwrap().1);
+        let pairs = crate::query::parse(href.split_once('?').unwrap().1);
         let lookup = |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone());
         assert_eq!(WaterfallQuery::from_lookup(lookup), q);
     }

@@ -4,7 +4,7 @@
 pub mod openai;
 pub mod trtllm;
 
-use app::model::{EngineKind, Nanos, Resource};
+use tokenscope_core::model::{EngineKind, Nanos, Resource};
 
 use super::Decoded;
 use crate::error::{Error, Result};
@@ -216,22 +216,24 @@ pub async fn import(
     bytes: &[u8],
     opts: &Options,
     grant: &crate::access::Grant,
-) -> Result<app::api::ImportReply> {
+) -> Result<tokenscope_core::api::ImportReply> {
     let format = format.resolve(bytes)?;
     let Imported { decoded, warnings } = decode(format, bytes, opts)?;
     let requests = decoded
         .batches
         .iter()
         .flat_map(|b| {
-            b.requests.iter().map(|r| app::api::ImportedRequest {
-                instance: b.resource.instance_id.clone(),
-                request_id: r.value.request_id.clone(),
-            })
+            b.requests
+                .iter()
+                .map(|r| tokenscope_core::api::ImportedRequest {
+                    instance: b.resource.instance_id.clone(),
+                    request_id: r.value.request_id.clone(),
+                })
         })
         .take(100)
         .collect();
     let r = super::store_decoded(store, crate::metrics::Source::Import, grant, decoded).await?;
-    Ok(app::api::ImportReply {
+    Ok(tokenscope_core::api::ImportReply {
         accepted_requests: r.accepted_requests,
         duplicate_requests: r.duplicate_requests,
         rejected_requests: r.rejected_requests,
@@ -240,7 +242,7 @@ pub async fn import(
         rejections: r
             .rejections
             .into_iter()
-            .map(|x| app::api::Rejection {
+            .map(|x| tokenscope_core::api::Rejection {
                 item: x.item,
                 field: x.field,
                 message: x.message,

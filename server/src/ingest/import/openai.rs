@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use app::model::{
+use tokenscope_core::model::{
     Candidate, EngineKind, FinishReason, RequestTrace, SpecialToken, Token,
     validate::{self, FieldError},
 };

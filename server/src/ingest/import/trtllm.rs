@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use app::model::{
+use tokenscope_core::model::{
     BatchEntry, EngineKind, FinishReason, Iteration, KvTransfer, Nanos, Phase, PrefillChunk,
     RequestTrace, Role, Token,
     validate::{self, FieldError},

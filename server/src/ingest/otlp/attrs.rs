@@ -5,7 +5,7 @@
 
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value};
 
-use app::model::validate::FieldError;
+use tokenscope_core::model::validate::FieldError;
 
 pub type Attr<T> = Result<Option<T>, FieldError>;
 

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use app::model::{
+use tokenscope_core::model::{
     EngineKind, Nanos, Resource, Role,
     validate::{self, EARLIEST_NS, FieldError, LATEST_NS},
 };
@@ -94,7 +94,7 @@ fn label(i: usize, span: &Span) -> String {
         .string_like(request_span::REQUEST_ID)
         .ok()
         .flatten()
-        .unwrap_or_else(|| app::model::hex(&span.span_id));
+        .unwrap_or_else(|| tokenscope_core::model::hex(&span.span_id));
     format!("resource_spans[{i}] span {:?} (request {id:?})", span.name)
 }
 
@@ -109,7 +109,7 @@ impl Batches {
         resource: &Resource,
         span: &Span,
         label: String,
-        value: app::model::RequestTrace,
+        value: tokenscope_core::model::RequestTrace,
     ) {
         let model = request_span::model_of(span).unwrap_or_else(|| "unknown".into());
         self.0
@@ -129,8 +129,8 @@ impl Batches {
 }
 
 fn finish(
-    r: Result<app::model::RequestTrace, FieldError>,
-) -> Result<app::model::RequestTrace, FieldError> {
+    r: Result<tokenscope_core::model::RequestTrace, FieldError>,
+) -> Result<tokenscope_core::model::RequestTrace, FieldError> {
     let mut r = r?;
     normalize(&mut r);
     validate::request(&r)?;
@@ -221,7 +221,7 @@ fn map_sglang(
                 synthetic = sglang::stand_in_root(&c.spans);
                 out.warnings.push(format!(
                     "SGLang request {:?}: its root span never arrived; mapped from its {} stage spans",
-                    app::model::hex(&synthetic.span_id),
+                    tokenscope_core::model::hex(&synthetic.span_id),
                     c.spans.len()
                 ));
                 &synthetic

@@ -4,7 +4,7 @@
 
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use app::model::{
+use tokenscope_core::model::{
     FinishReason, KvTransfer, Nanos, PrefillChunk, RequestTrace, SamplingParams,
     validate::FieldError,
 };
@@ -96,7 +96,7 @@ pub fn request(
         match request_id.map_or_else(|| a.string_like(REQUEST_ID), |id| Ok(Some(id)))? {
             Some(id) => id,
             None => {
-                let id = app::model::hex(&span.span_id);
+                let id = tokenscope_core::model::hex(&span.span_id);
                 warnings.push(format!(
                     "span {id}: no {REQUEST_ID}; the span id is used as the request id"
                 ));
@@ -146,9 +146,9 @@ pub fn request(
     let kv_transfer = kv_transfer(span, &a, arrival)?;
     Ok(RequestTrace {
         request_id,
-        trace_id: (!span.trace_id.is_empty()).then(|| app::model::hex(&span.trace_id)),
+        trace_id: (!span.trace_id.is_empty()).then(|| tokenscope_core::model::hex(&span.trace_id)),
         parent_span_id: (!span.parent_span_id.is_empty())
-            .then(|| app::model::hex(&span.parent_span_id)),
+            .then(|| tokenscope_core::model::hex(&span.parent_span_id)),
         arrival_ns: arrival,
         queued_ns: queued,
         first_scheduled_ns: first_scheduled,

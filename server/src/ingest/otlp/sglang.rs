@@ -8,7 +8,9 @@ use std::collections::{HashMap, HashSet};
 
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use app::model::{KvTransfer, Preemption, PrefillChunk, RequestTrace, Role, validate::FieldError};
+use tokenscope_core::model::{
+    KvTransfer, Preemption, PrefillChunk, RequestTrace, Role, validate::FieldError,
+};
 
 use super::attrs::Attrs;
 use super::{nanos, request_span};
@@ -179,7 +181,7 @@ pub fn stand_in_root(spans: &[Span]) -> Span {
         .find(|s| !ids.contains(s.parent_span_id.as_slice()))
         .map(|s| s.parent_span_id.clone())
         .unwrap_or_default();
-    let rid = format!("sglang-{}", app::model::hex(&root_id));
+    let rid = format!("sglang-{}", tokenscope_core::model::hex(&root_id));
     Span {
         trace_id: spans
             .first()

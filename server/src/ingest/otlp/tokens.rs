@@ -6,7 +6,9 @@
 
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use app::model::{Candidate, FinishReason, Nanos, SpecialToken, Token, validate::FieldError};
+use tokenscope_core::model::{
+    Candidate, FinishReason, Nanos, SpecialToken, Token, validate::FieldError,
+};
 
 use super::attrs::{self, Attrs};
 use super::nanos;

@@ -5,11 +5,11 @@
 
 use std::collections::HashSet;
 
-use app::analysis::waterfall::ROLLUP_NS;
-use app::model::{Iteration, Nanos};
+use tokenscope_core::analysis::waterfall::ROLLUP_NS;
+use tokenscope_core::model::{Iteration, Nanos};
 
 use crate::error::Result;
-use crate::ingest::ResourceBatch;
+use crate::store::batch::ResourceBatch;
 use crate::store::batch_block;
 use crate::store::step_block::{self, Step};
 

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use app::analysis::metrics::request_metrics;
-use app::model::{
+use tokenscope_core::analysis::metrics::request_metrics;
+use tokenscope_core::model::{
     KvTransfer, Nanos, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams, unhex,
 };
 
@@ -15,7 +15,7 @@ use super::token_block::{self, StoredText};
 use super::vocab::{TextsById, Vocab};
 use super::{Store, partitions::day_of};
 use crate::error::Result;
-use crate::ingest::{ResourceBatch, Stored};
+use crate::store::batch::{ResourceBatch, Stored};
 
 /// The small, rarely filtered parts of a request, kept as JSON in `requests.detail`.
 #[derive(Serialize, Deserialize)]

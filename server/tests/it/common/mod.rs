@@ -6,12 +6,12 @@ pub mod vllm;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use app::model::{Iteration, RequestTrace, Resource};
 use sqlx::{Connection, PgConnection};
 use tokenscope::ingest::native::to_wire;
 use tokenscope::proto::v1::{self, trace_ingest_client::TraceIngestClient};
 use tokenscope::server::{self, Config, Running};
 use tokenscope::store::step_block::{self, Step};
+use tokenscope_core::model::{Iteration, RequestTrace, Resource};
 
 pub struct TestApp {
     pub running: Running,

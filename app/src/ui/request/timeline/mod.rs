@@ -15,8 +15,8 @@ use leptos::prelude::*;
 use super::Rq;
 use super::token_text::plain;
 use crate::api::TokenView;
+use crate::links::request_href;
 use crate::ui::format::{duration_ms, thousands};
-use crate::ui::links::request_href;
 
 /// CSS heights of the canvas's parts.
 pub const BARS_H: f64 = 150.0;

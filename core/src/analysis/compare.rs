@@ -1,7 +1,10 @@
 //! Two sets of requests side by side ("before and after the deploy"): the percentile deltas, and
 //! a one-line answer to "what changed".
 
-use crate::api::{CauseCount, CompareSide, Delta, HistogramBin, Percentiles};
+use crate::analysis::diagnosis::Cause;
+use crate::analysis::metrics::{LatencySeries, Percentiles};
+use crate::model::Nanos;
+use serde::{Deserialize, Serialize};
 
 /// Histogram bins per doubling of latency: fine enough to see a shift of 20 %.
 pub const BINS_PER_OCTAVE: f64 = 4.0;
@@ -111,11 +114,66 @@ pub fn headline(a: &CompareSide, b: &CompareSide, deltas: &[Delta]) -> String {
     parts.join("; ")
 }
 
+/// One side of a comparison (`GET /api/v1/compare`): which requests, their latency percentiles
+/// over the whole side, the percentiles over time, histograms and the causes diagnosed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompareSide {
+    pub instances: Vec<String>,
+    pub engine: Option<String>,
+    pub engine_version: Option<String>,
+    pub model: Option<String>,
+    pub from_ns: Nanos,
+    pub to_ns: Nanos,
+    pub requests: u64,
+    pub ttft_ms: Option<Percentiles>,
+    pub tpot_ms: Option<Percentiles>,
+    pub queue_ms: Option<Percentiles>,
+    pub e2e_ms: Option<Percentiles>,
+    pub series: LatencySeries,
+    /// Requests per latency bin; bins are shared by both sides (quarter octaves of a millisecond).
+    pub ttft_histogram: Vec<HistogramBin>,
+    pub tpot_histogram: Vec<HistogramBin>,
+    /// Degraded requests per diagnosis cause, most frequent first.
+    pub causes: Vec<CauseCount>,
+    /// Requests the cause counts looked at (the first ones of the side, at most a few thousand).
+    pub diagnosed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistogramBin {
+    pub lo_ms: f64,
+    pub hi_ms: f64,
+    pub requests: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CauseCount {
+    pub cause: Cause,
+    pub requests: u32,
+    /// The worst requests with this cause (up to three), to open as examples.
+    pub examples: Vec<String>,
+}
+
+/// Side B against side A, one number.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    /// "ttft", "tpot", "queue" or "e2e".
+    pub metric: String,
+    /// "p50", "p90" or "p99".
+    pub percentile: String,
+    pub a_ms: f64,
+    pub b_ms: f64,
+    /// `b − a`; positive means B is slower.
+    pub delta_ms: f64,
+    /// The change relative to A, in percent (`null` when A is 0).
+    pub delta_pct: Option<f64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::analysis::diagnosis::Cause;
-    use crate::api::LatencySeries;
+    use crate::analysis::metrics::LatencySeries;
 
     fn side(ttft_p90: f64, causes: &[(Cause, u32)]) -> CompareSide {
         let p = |v: f64| Percentiles {

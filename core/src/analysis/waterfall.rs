@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{Stage, StageKind};
+use crate::analysis::stages::{Stage, StageKind};
 use crate::model::Nanos;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn visible_segments_are_a_pixel_wide_and_change_nothing_at_full_zoom() {
-        use crate::api::StageKind;
+        use crate::analysis::stages::StageKind;
         let kinds = [
             StageKind::Queued,
             StageKind::Prefill,

@@ -266,21 +266,22 @@ pub fn gaps_over(times: &[Nanos], slo_ms: f64) -> impl Iterator<Item = (Nanos, N
         .map(|w| (w[0], w[1]))
 }
 
-/// The stalled spans of a request: the wait for the first token when it broke the TTFT SLO,
-/// and every gap between tokens longer than the TPOT SLO.
+/// The stalled spans of a request that arrived at `arrival_ns` and emitted tokens at `times`:
+/// the wait for the first token when it broke the TTFT SLO, and every gap between tokens longer
+/// than the TPOT SLO.
 pub fn stalls(
-    d: &crate::api::RequestDetail,
+    arrival_ns: Nanos,
+    times: &[Nanos],
     ttft_slo_ms: f64,
     tpot_slo_ms: f64,
 ) -> Vec<(Nanos, Nanos)> {
-    let times: Vec<Nanos> = d.tokens.iter().filter_map(|t| t.emitted_ns).collect();
     let mut out = Vec::new();
     if let Some(&first) = times.first()
-        && (first - d.summary.arrival_ns) as f64 / 1e6 > ttft_slo_ms
+        && (first - arrival_ns) as f64 / 1e6 > ttft_slo_ms
     {
-        out.push((d.summary.arrival_ns, first));
+        out.push((arrival_ns, first));
     }
-    out.extend(gaps_over(&times, tpot_slo_ms));
+    out.extend(gaps_over(times, tpot_slo_ms));
     out
 }
 

@@ -1,7 +1,7 @@
 //! Turns a request's stage timestamps into the ordered bars of its timeline.
 
-use crate::api::{Stage, StageKind};
 use crate::model::{Nanos, RequestTrace};
+use serde::{Deserialize, Serialize};
 
 pub fn stages(r: &RequestTrace) -> Vec<Stage> {
     let mut out = Vec::new();
@@ -85,6 +85,49 @@ pub fn coarse_stages(
         None => out.push(bar(StageKind::Prefill, scheduled, finished_ns)),
     }
     out
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageKind {
+    Queued,
+    Prefill,
+    Decode,
+    Preempted,
+    KvTransfer,
+}
+
+impl StageKind {
+    /// Every kind, in the order a request lives them (legends list them so).
+    pub const ALL: [StageKind; 5] = [
+        StageKind::Queued,
+        StageKind::Prefill,
+        StageKind::Decode,
+        StageKind::Preempted,
+        StageKind::KvTransfer,
+    ];
+
+    /// The name people read (`KV transfer`).
+    pub fn label(self) -> &'static str {
+        match self {
+            StageKind::Queued => "queued",
+            StageKind::Prefill => "prefill",
+            StageKind::Decode => "decode",
+            StageKind::Preempted => "preempted",
+            StageKind::KvTransfer => "KV transfer",
+        }
+    }
+}
+
+/// One bar of a request's timeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub kind: StageKind,
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
+    /// Prompt tokens of a prefill chunk, output tokens of the decode stage.
+    pub tokens: Option<u32>,
+    pub iteration: Option<u64>,
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Per-token rows for the high-magnification views: latency, word choice, batch load at that step.
 
 use crate::analysis::diagnosis::Thresholds;
-use crate::api::{CandidateView, TokenView};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 
 use crate::model::{Nanos, RequestTrace, SpecialToken, Token, ms};
@@ -151,4 +151,65 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
             }
         })
         .collect()
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CandidateView {
+    /// `null` when the source gave only the text.
+    pub token_id: Option<u32>,
+    pub text: Option<String>,
+    pub logprob: f32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenView {
+    pub index: u32,
+    /// `null` for timing-only or text-only sources.
+    pub token_id: Option<u32>,
+    pub text: Option<String>,
+    pub is_special: bool,
+    /// Which special token ("eos", "bos", "pad", "other"); "none" for ordinary text.
+    pub special: SpecialToken,
+    pub emitted_ns: Option<Nanos>,
+    /// When the step that produced the token was scheduled: emitted − scheduled is compute time.
+    pub scheduled_ns: Option<Nanos>,
+    /// Gap since the previous token; for token 0, the time to first token.
+    pub latency_ms: Option<f64>,
+    pub iteration: Option<u64>,
+    pub logprob: Option<f32>,
+    pub rank: Option<u32>,
+    pub candidates: Vec<CandidateView>,
+    /// Requests in the engine batch that produced this token (from iteration records).
+    pub batch_size: Option<u32>,
+    /// Requests waiting in the engine queue at that step.
+    pub waiting: Option<u32>,
+    /// The latency split: waiting to be scheduled (since the previous token, or arrival for
+    /// token 0) and computing (scheduled → emitted).
+    pub wait_ms: Option<f64>,
+    pub compute_ms: Option<f64>,
+    /// What else the producing step computed.
+    pub step_prefill_tokens: Option<u32>,
+    pub step_decode_tokens: Option<u32>,
+    /// Other requests that prefilled in the producing step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_prefill_requests: Vec<String>,
+    /// Other requests that prefilled while this token was awaited (the steps between the
+    /// previous token, or arrival, and this one): who the engine served instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefilled_meanwhile: Vec<String>,
+    /// Their prompt tokens computed in that time.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prefill_tokens_meanwhile: u32,
+    /// Word choice: probability of the chosen token, entropy of the candidates (nats), and the
+    /// chosen token's probability minus the best other candidate's (negative: a likelier one existed).
+    pub probability: Option<f32>,
+    pub entropy: Option<f32>,
+    pub margin: Option<f32>,
+    /// "slo_breach" (latency above the TPOT SLO), "far_from_top" (rank > 1, unlikely),
+    /// "low_probability_eos".
+    pub flags: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

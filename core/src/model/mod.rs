@@ -24,6 +24,12 @@ pub type Nanos = i64;
 
 pub const NANOS_PER_MS: f64 = 1e6;
 
+/// Durations as [`Nanos`].
+pub const MS: Nanos = 1_000_000;
+pub const SECOND: Nanos = 1_000_000_000;
+pub const MINUTE: Nanos = 60 * SECOND;
+pub const HOUR: Nanos = 60 * MINUTE;
+
 /// Converts a nanosecond duration to milliseconds for display and the JSON API.
 pub fn ms(ns: Nanos) -> f64 {
     ns as f64 / NANOS_PER_MS

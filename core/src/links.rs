@@ -1,9 +1,8 @@
 //! Links between the pages: a request's own page, and its moment in the waterfall; the origin a
 //! viewer reached the server at (for absolute links in previews and tickets).
 
-use crate::model::Nanos;
-use crate::ui::query::{build, encode};
-use crate::ui::time::SECOND;
+use crate::model::{Nanos, SECOND};
+use crate::query::{build, encode};
 
 /// The waterfall around a request: some context before it and after it, the request selected.
 pub fn waterfall_href(instance: &str, request_id: &str, arrival_ns: Nanos, e2e_ms: f64) -> String {

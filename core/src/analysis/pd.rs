@@ -2,7 +2,7 @@
 //! instance, the KV cache moved, the answer decoded on another), stored under one id on each
 //! instance, joined into one request.
 
-use crate::api::{Stage, StageKind};
+use crate::analysis::stages::{Stage, StageKind};
 use crate::model::{RequestTrace, Role};
 
 use super::stages::stages;
