@@ -264,7 +264,11 @@ pub async fn send_stream(
     let mut stats = Delivered::default();
     let mut sim_start = None;
     let mut in_flight = JoinSet::new();
-    let mut done = 0;
+    let bar = if progress {
+        indicatif::ProgressBar::new_spinner()
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     loop {
         while in_flight.len() < IN_FLIGHT {
             let Some(Timed { at_ns, batch }) = batches.recv().await else {
@@ -314,19 +318,19 @@ pub async fn send_stream(
         stats.iterations += reply.accepted_iterations;
         stats.rejected += reply.rejected_requests + reply.rejected_iterations;
         stats.tokens += tokens;
-        done += 1;
-        if progress {
+        bar.inc(1);
+        if !bar.is_hidden() {
+            // indicatif draws at most 20 times a second, whatever the rate of messages.
             let secs = started.elapsed().as_secs_f64().max(1e-3);
-            eprint!(
-                "\r  sent {done} batches · {} requests · {:.0} tokens/s   ",
+            bar.set_message(format!(
+                "sent {} batches · {} requests · {:.0} tokens/s",
+                bar.position(),
                 stats.requests,
                 stats.tokens as f64 / secs
-            );
+            ));
         }
     }
-    if progress {
-        eprintln!();
-    }
+    bar.finish();
     stats.elapsed = started.elapsed();
     Ok(stats)
 }
