@@ -1,8 +1,7 @@
 //! Snapshots of the diagnoses of every scenario's victims and controls, computed directly from
-//! the simulator's output (no database): a change in wording or attribution shows up as a diff.
-//! Set UPDATE_SNAPSHOTS=1 to rewrite `snapshots/diagnoses.json` and review it.
-
-use std::path::Path;
+//! the simulator's output (no database): a change in wording or attribution shows up as a diff,
+//! one `server/tests/snapshots/<scenario>.snap` per scenario (insta: `cargo insta review`, or
+//! `INSTA_UPDATE=always` to rewrite, then read the diff).
 
 use tokenscope::sim;
 use tokenscope_core::analysis::diagnosis::{Context, OtherRequest, Thresholds, diagnose};
@@ -11,8 +10,8 @@ const T0: i64 = 1_796_022_000_000_000_000;
 
 #[test]
 fn scenario_diagnoses_match_their_snapshot() {
-    let mut out = serde_json::Map::new();
     for name in sim::scenarios::NAMES {
+        let mut out = serde_json::Map::new();
         let s = sim::scenarios::build(name, T0, 1).unwrap();
         let t = &s.truth;
         for (instance, ids) in [
@@ -62,21 +61,16 @@ fn scenario_diagnoses_match_their_snapshot() {
                     &Thresholds::default(),
                 );
                 out.insert(
-                    format!("{name}/{id}"),
+                    id.clone(),
                     serde_json::json!({ "native": native, "spans_only": spans_only }),
                 );
             }
         }
+        insta::with_settings!({
+            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots"),
+            prepend_module_to_snapshot => false,
+        }, {
+            insta::assert_json_snapshot!(name.to_string(), out);
+        });
     }
-    let actual = serde_json::to_string_pretty(&serde_json::Value::Object(out)).unwrap() + "\n";
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/diagnoses.json");
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, &actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path)
-        .expect("snapshot exists; run with UPDATE_SNAPSHOTS=1 and review it");
-    assert_eq!(
-        actual, expected,
-        "diagnoses changed; review and update the snapshot"
-    );
 }

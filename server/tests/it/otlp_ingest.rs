@@ -27,7 +27,8 @@ fn load(rel: &str) -> ExportTraceServiceRequest {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-/// Every `*.otlp.json` maps to exactly its `*.expected.json` (set UPDATE_SNAPSHOTS=1 to rewrite).
+/// Every `*.otlp.json` maps to exactly its snapshot beside it, `*.snap` (insta: `cargo insta
+/// review`, or `INSTA_UPDATE=always` to rewrite, then read the diff).
 #[test]
 fn golden_fixtures_map_to_their_snapshots() {
     let mut checked = 0;
@@ -69,21 +70,13 @@ fn golden_fixtures_map_to_their_snapshots() {
             } else {
                 serde_json::Value::Array(steps)
             };
-            let expected_path = path.with_file_name(format!("{stem}.expected.json"));
-            let actual_text = serde_json::to_string_pretty(&actual).unwrap() + "\n";
-            if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-                std::fs::write(&expected_path, &actual_text).unwrap();
-            }
-            let expected = std::fs::read_to_string(&expected_path).unwrap_or_else(|_| {
-                panic!(
-                    "{} is missing; run with UPDATE_SNAPSHOTS=1 and review it",
-                    expected_path.display()
-                )
+            insta::with_settings!({
+                snapshot_path => path.parent().unwrap(),
+                prepend_module_to_snapshot => false,
+                description => format!("{name} mapped to the model"),
+            }, {
+                insta::assert_json_snapshot!(stem, actual);
             });
-            assert_eq!(
-                actual_text, expected,
-                "{name} no longer maps to its snapshot"
-            );
             checked += 1;
         }
     }
