@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::access::{AccessConfig, Grant};
 use crate::error::Result;
+use crate::ingest::Sink;
 use crate::server::{self, Config};
 use crate::store::Store;
 
@@ -215,7 +216,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Migrate(db) => Store::connect(&db.database_url).await.map(|_| ()),
         Command::Demo { db, if_empty } => {
-            crate::demo::load(&Store::connect(&db.database_url).await?, if_empty).await
+            let store = Store::connect(&db.database_url).await?;
+            crate::demo::load(&Sink::of(store, false), if_empty).await
         }
         Command::Import {
             db,
@@ -230,9 +232,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 crate::error::Error::InvalidArgument(format!("cannot read {}: {e}", file.display()))
             })?;
             let format = format.resolve(&bytes)?;
-            let store = Store::connect(&db.database_url)
-                .await?
-                .redacting_text(redact_text);
+            let sink = Sink::of(Store::connect(&db.database_url).await?, redact_text);
             let opts = crate::ingest::import::Options {
                 instance: instance.unwrap_or_else(|| format.default_instance().into()),
                 model,
@@ -240,7 +240,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 now_ns: crate::clock::now_ns(),
             };
             let reply =
-                crate::ingest::import::import(&store, format, &bytes, &opts, &Grant::All).await?;
+                crate::ingest::import::import(&sink, format, &bytes, &opts, &Grant::All).await?;
             println!(
                 "{}",
                 serde_json::to_string_pretty(&reply).unwrap_or_default()

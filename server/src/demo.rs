@@ -3,14 +3,13 @@
 //! conversation trace replayed on a simulated 8B/H100 instance.
 
 use crate::error::Result;
-use crate::ingest::{native, store_decoded};
+use crate::ingest::{Sink, native, store_decoded};
 use crate::sim::{self, cost, deliver, load};
-use crate::store::Store;
 
 const SECOND: i64 = 1_000_000_000;
 
-pub async fn load(store: &Store, if_empty: bool) -> Result<()> {
-    if if_empty && store.has_requests().await? {
+pub async fn load(sink: &Sink, if_empty: bool) -> Result<()> {
+    if if_empty && sink.store.has_requests().await? {
         println!("demo: the database already has requests; nothing loaded");
         return Ok(());
     }
@@ -31,7 +30,7 @@ pub async fn load(store: &Store, if_empty: bool) -> Result<()> {
     let (mut requests, mut iterations, mut rejected) = (0, 0, 0);
     for deliver::Timed { batch, .. } in deliver::batches(&runs) {
         let reply = store_decoded(
-            store,
+            sink,
             crate::metrics::Source::Demo,
             &crate::access::Grant::All,
             native::decode(batch),

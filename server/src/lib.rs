@@ -17,4 +17,5 @@ pub mod proto;
 pub mod security;
 pub mod server;
 pub mod sim;
+pub mod state;
 pub mod store;

@@ -19,11 +19,13 @@ use tower_http::{
 
 use crate::access::{AccessConfig, IngestKeys, KeyLayer, ReadAccess, Reader};
 use crate::error::{Error, Result};
+use crate::ingest::Sink;
 use crate::ingest::budget::{Budget, BudgetLayer};
 use crate::ingest::grpc::IngestService;
 use crate::ingest::otlp_endpoints::{Otlp, OtlpTraceService};
 use crate::logging::RequestIds;
 use crate::proto::v1::trace_ingest_server::TraceIngestServer;
+use crate::state::AppState;
 use crate::store::Store;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
 
@@ -141,10 +143,13 @@ pub async fn start(config: Config) -> Result<Running> {
         config.access.trusted_user_header.as_deref(),
         config.access.public_incidents,
     )?);
-    let store = Store::connect(&config.database_url)
-        .await?
-        .redacting_text(config.redact_text);
-    let budget = Budget::new(config.ingest_budget_bytes, store.clone());
+    let store = Store::connect(&config.database_url).await?;
+    let sink = Sink {
+        store: store.clone(),
+        metrics: Arc::default(),
+        redact_text: config.redact_text,
+    };
+    let budget = Budget::new(config.ingest_budget_bytes, sink.metrics.clone());
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)
             .await
@@ -159,18 +164,15 @@ pub async fn start(config: Config) -> Result<Running> {
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
 
-    let otlp = Otlp::new(store.clone());
-    let app = http_app(
-        &config,
-        Ports {
-            store: store.clone(),
-            otlp: otlp.clone(),
-            budget: budget.clone(),
-            keys: keys.clone(),
-            read,
-        },
-        http_addr,
-    );
+    let otlp = Otlp::new(sink.clone());
+    let state = AppState {
+        store: store.clone(),
+        sink: sink.clone(),
+        otlp: otlp.clone(),
+        budget: budget.clone(),
+        read,
+    };
+    let app = http_app(&config, state, keys.clone(), http_addr);
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let when_stopped = move || {
@@ -185,12 +187,10 @@ pub async fn start(config: Config) -> Result<Running> {
             .into_future(),
     );
 
-    let ingest = TraceIngestServer::new(IngestService {
-        store: store.clone(),
-    })
-    .max_decoding_message_size(config.max_message_bytes)
-    .accept_compressed(CompressionEncoding::Gzip)
-    .send_compressed(CompressionEncoding::Gzip);
+    let ingest = TraceIngestServer::new(IngestService { sink: sink.clone() })
+        .max_decoding_message_size(config.max_message_bytes)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Gzip);
     tokio::spawn(sweep_loop(otlp.clone(), config.assembly_timeout));
     let otlp_service = TraceServiceServer::new(OtlpTraceService { otlp: otlp.clone() })
         .max_decoding_message_size(config.max_message_bytes)
@@ -205,7 +205,7 @@ pub async fn start(config: Config) -> Result<Running> {
                     .layer(SetRequestIdLayer::x_request_id(RequestIds::default()))
                     .layer(PropagateRequestIdLayer::x_request_id())
                     .layer(TraceLayer::new_for_grpc().make_span_with(crate::logging::request_span))
-                    .layer(KeyLayer::required(keys, store.clone()))
+                    .layer(KeyLayer::required(keys, sink.metrics.clone()))
                     .layer(BudgetLayer(budget))
                     .into_inner(),
             )
@@ -229,25 +229,14 @@ pub async fn start(config: Config) -> Result<Running> {
     })
 }
 
-/// What the HTTP routes share.
-struct Ports {
-    store: Store,
-    otlp: Otlp,
-    budget: Budget,
-    keys: Option<Arc<IngestKeys>>,
-    read: Arc<ReadAccess>,
-}
-
 /// The HTTP port: trace ingest (ingest keys, budget), then pages and the query API (read
 /// access), self-metrics and sign-in.
-fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
-    let Ports {
-        store,
-        otlp,
-        budget,
-        keys,
-        read,
-    } = ports;
+fn http_app(
+    config: &Config,
+    state: AppState,
+    keys: Option<Arc<IngestKeys>>,
+    addr: SocketAddr,
+) -> Router {
     let leptos = LeptosOptions::builder()
         .output_name("tokenscope")
         .site_root(config.site_root.as_str())
@@ -255,7 +244,7 @@ fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
         .site_addr(addr)
         .build();
     let routes = generate_route_list(app::App);
-    let api = crate::api::router(store.clone(), keys.clone());
+    let api = crate::api::router(state.clone(), keys.clone());
     let context = page_context(api.clone());
     let ui = Router::new()
         .leptos_routes_with_context(&leptos, routes, context.clone(), {
@@ -268,7 +257,7 @@ fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
         ))
         .with_state(leptos)
         .layer(axum::middleware::from_fn_with_state(
-            store.clone(),
+            state.store.clone(),
             crate::api::incidents::gate,
         ));
     let ingest = Router::new()
@@ -276,37 +265,33 @@ fn http_app(config: &Config, ports: Ports, addr: SocketAddr) -> Router {
             "/api/v1/traces",
             axum::routing::post(crate::ingest::http::post_traces),
         )
-        .with_state(store.clone())
         .route(
             "/v1/traces",
             axum::routing::post(crate::ingest::otlp_endpoints::post_traces),
         )
-        .with_state(otlp.clone())
+        .with_state(state.clone())
         .layer(DefaultBodyLimit::max(config.max_message_bytes))
-        .layer(BudgetLayer(budget.clone()))
+        .layer(BudgetLayer(state.budget.clone()))
         // Outside the budget, as on the gRPC port: a sender without a valid key takes none of it.
-        .layer(KeyLayer::required(keys, store));
+        .layer(KeyLayer::required(keys, state.metrics().clone()));
     let metrics = Router::new()
         .route("/metrics", axum::routing::get(crate::api::metrics::get))
-        .with_state(crate::api::metrics::Scrape {
-            otlp,
-            budget: budget.clone(),
-        });
+        .with_state(state.clone());
     let login = Router::new()
         .route(
             "/login",
             axum::routing::get(crate::access::read::login_page).post(crate::access::read::login),
         )
         .route("/logout", axum::routing::get(crate::access::read::logout))
-        .with_state(read.clone());
+        .with_state(state.clone());
     // Imports come in through the query API (an upload from the browser), so its bodies are
     // budgeted as well.
     let reads = api
         .layer(DefaultBodyLimit::max(config.max_message_bytes))
-        .layer(BudgetLayer(budget))
+        .layer(BudgetLayer(state.budget.clone()))
         .merge(ui)
         .layer(axum::middleware::from_fn_with_state(
-            read,
+            state.read.clone(),
             crate::access::read::gate,
         ));
     // Inside decompression: the budget counts the bytes the server will hold.

@@ -25,7 +25,7 @@ use tower::{Layer, Service};
 
 use super::{Digest, MIN_SECRET_LEN, Reader, bearer, digest, same};
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::metrics::Metrics;
 use tokenscope_core::model::validate::FieldError;
 
 /// Instances a key may send for.
@@ -209,25 +209,26 @@ enum Fallback {
 pub struct KeyLayer {
     keys: Option<Arc<IngestKeys>>,
     fallback: Fallback,
-    store: Store,
+    /// Where refusals are counted.
+    metrics: Arc<Metrics>,
 }
 
 impl KeyLayer {
     /// For trace ingest: a valid key, or refused.
-    pub fn required(keys: Option<Arc<IngestKeys>>, store: Store) -> Self {
+    pub fn required(keys: Option<Arc<IngestKeys>>, metrics: Arc<Metrics>) -> Self {
         Self {
             keys,
             fallback: Fallback::Refuse,
-            store,
+            metrics,
         }
     }
 
     /// For imports: a valid key, or a reader the read gate let in.
-    pub fn or_known_reader(keys: Option<Arc<IngestKeys>>, store: Store) -> Self {
+    pub fn or_known_reader(keys: Option<Arc<IngestKeys>>, metrics: Arc<Metrics>) -> Self {
         Self {
             keys,
             fallback: Fallback::KnownReader,
-            store,
+            metrics,
         }
     }
 
@@ -315,7 +316,7 @@ where
                 Box::pin(self.inner.call(req))
             }
             Err(message) => {
-                self.layer.store.metrics().unauthenticated();
+                self.layer.metrics.unauthenticated();
                 tracing::info!(path = %req.uri().path(), "ingest refused: {message}");
                 let refusal = RB::unauthenticated(message);
                 Box::pin(async move { Ok(refusal) })

@@ -10,8 +10,8 @@ use super::non_empty;
 use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::ingest;
+use crate::ingest::Sink;
 use crate::ingest::import::{Format, Options};
-use crate::store::Store;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ImportParams {
@@ -24,7 +24,7 @@ pub(super) struct ImportParams {
 /// `POST /api/v1/import?format=auto|openai|trtllm-perf-metrics|trtllm-iteration-log|native`:
 /// the file is the body; without a format it is told apart by content.
 pub(super) async fn import(
-    State(store): State<Store>,
+    State(sink): State<Sink>,
     Extension(grant): Extension<Grant>,
     Query(p): Query<ImportParams>,
     body: axum::body::Bytes,
@@ -44,6 +44,6 @@ pub(super) async fn import(
         now_ns: crate::clock::now_ns(),
     };
     Ok(Json(
-        ingest::import::import(&store, format, &body, &opts, &grant).await?,
+        ingest::import::import(&sink, format, &body, &opts, &grant).await?,
     ))
 }

@@ -2,21 +2,20 @@
 
 use axum::{extract::State, http::header, response::IntoResponse};
 
-use crate::ingest::budget::Budget;
-use crate::ingest::otlp_endpoints::Otlp;
 use crate::metrics::Gauge;
+use crate::state::AppState;
 
-/// What a scrape reads besides the store's counters.
-#[derive(Clone)]
-pub struct Scrape {
-    pub otlp: Otlp,
-    pub budget: Budget,
-}
-
-pub async fn get(State(Scrape { otlp, budget }): State<Scrape>) -> impl IntoResponse {
-    let (open, idle) = otlp.store.pool_connections();
+/// The counters, and the gauges read now: the pool, the budget, the spans OTLP holds.
+pub async fn get(State(state): State<AppState>) -> impl IntoResponse {
+    let AppState {
+        store,
+        otlp,
+        budget,
+        ..
+    } = &state;
+    let (open, idle) = store.pool_connections();
     let in_use = (open as usize).saturating_sub(idle);
-    let text = otlp.store.metrics().render(&[
+    let text = state.metrics().render(&[
         Gauge {
             name: "tokenscope_db_pool_connections",
             help: "Database connections of the pool, by state.",

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::access::{IngestKeys, KeyLayer};
 use crate::error::{Error, Result};
+use crate::state::AppState;
 use crate::store::{ORDER_KEYS, Order, RequestFilter, Store};
 
 mod compare;
@@ -34,11 +35,11 @@ pub const MAX_LIMIT: i64 = 10_000;
 
 /// The query API. `keys` (when configured) decide which instances an import may write: those of
 /// the key it presents, or any for a reader the read gate let in.
-pub fn router(store: Store, keys: Option<Arc<IngestKeys>>) -> Router {
+pub fn router(state: AppState, keys: Option<Arc<IngestKeys>>) -> Router {
     let import = Router::new()
         .route("/api/v1/import", post(import::import))
-        .route_layer(KeyLayer::or_known_reader(keys, store.clone()))
-        .with_state(store.clone());
+        .route_layer(KeyLayer::or_known_reader(keys, state.metrics().clone()))
+        .with_state(state.clone());
     Router::new()
         .route("/api/v1/requests", get(requests::list_requests))
         .route("/api/v1/requests/{request_id}", get(requests::get_request))
@@ -74,7 +75,7 @@ pub fn router(store: Store, keys: Option<Arc<IngestKeys>>) -> Router {
         .route("/api/v1/instances", get(list_instances))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(store)
+        .with_state(state)
         .merge(import)
 }
 

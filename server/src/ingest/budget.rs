@@ -20,7 +20,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
-use crate::store::Store;
+use crate::metrics::Metrics;
 
 /// Seconds a refused client is asked to wait (`Retry-After`).
 const RETRY_AFTER_S: u32 = 1;
@@ -30,17 +30,17 @@ const RETRY_AFTER_S: u32 = 1;
 pub struct Budget {
     permits: Arc<Semaphore>,
     bytes: usize,
-    /// Where refusals are counted (the self-metrics).
-    store: Store,
+    /// Where refusals are counted.
+    metrics: Arc<Metrics>,
 }
 
 impl Budget {
-    pub fn new(bytes: usize, store: Store) -> Self {
+    pub fn new(bytes: usize, metrics: Arc<Metrics>) -> Self {
         let bytes = bytes.min(Semaphore::MAX_PERMITS);
         Self {
             permits: Arc::new(Semaphore::new(bytes)),
             bytes,
-            store,
+            metrics,
         }
     }
 
@@ -203,7 +203,7 @@ where
 }
 
 fn refuse<B: PortBody>(budget: &Budget) -> Response<B> {
-    budget.store.metrics().over_budget();
+    budget.metrics.over_budget();
     B::refuse(budget.refusal())
 }
 

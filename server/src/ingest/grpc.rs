@@ -2,13 +2,11 @@
 
 use tonic::{Request, Response, Status};
 
-use super::{granted, native, store_decoded};
+use super::{Sink, granted, native, store_decoded};
 use crate::metrics::Source;
 use crate::proto::v1::{self, trace_ingest_server::TraceIngest};
-use crate::store::Store;
-
 pub struct IngestService {
-    pub store: Store,
+    pub sink: Sink,
 }
 
 #[tonic::async_trait]
@@ -19,7 +17,7 @@ impl TraceIngest for IngestService {
     ) -> Result<Response<v1::ExportResponse>, Status> {
         let grant = granted(&request)?;
         let decoded = native::decode(request.into_inner());
-        let reply = store_decoded(&self.store, Source::NativeGrpc, &grant, decoded).await?;
+        let reply = store_decoded(&self.sink, Source::NativeGrpc, &grant, decoded).await?;
         Ok(Response::new(reply))
     }
 }

@@ -2,15 +2,14 @@
 
 use axum::{Extension, Json, body::Bytes, extract::State};
 
-use super::{native, store_decoded};
+use super::{Sink, native, store_decoded};
 use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::Source;
 use crate::proto::v1;
-use crate::store::Store;
 
 pub async fn post_traces(
-    State(store): State<Store>,
+    State(sink): State<Sink>,
     Extension(grant): Extension<Grant>,
     body: Bytes,
 ) -> Result<Json<v1::ExportResponse>> {
@@ -22,6 +21,6 @@ pub async fn post_traces(
         ))
     })?;
     let decoded = native::decode(export);
-    let reply = store_decoded(&store, Source::NativeHttp, &grant, decoded).await?;
+    let reply = store_decoded(&sink, Source::NativeHttp, &grant, decoded).await?;
     Ok(Json(reply))
 }

@@ -18,6 +18,9 @@ use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::{Batch, Reason, Source};
 use crate::proto::v1;
+use std::sync::Arc;
+
+use crate::metrics::Metrics;
 use crate::store::Store;
 // The write batch is the store's type: adapters fill it, the store takes it.
 pub use crate::store::batch::{Item, ResourceBatch, Stored};
@@ -97,6 +100,26 @@ impl Decoded {
     }
 }
 
+/// Where every ingest path stores through: the store, the self-metrics it counts into, and
+/// whether decoded texts are dropped (`--redact-text`). Built once at start; cheap to clone.
+#[derive(Clone)]
+pub struct Sink {
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+    pub redact_text: bool,
+}
+
+impl Sink {
+    /// A sink with metrics of its own: for a command that stores and exits (`demo`, `import`).
+    pub fn of(store: Store, redact_text: bool) -> Self {
+        Self {
+            store,
+            metrics: Arc::default(),
+            redact_text,
+        }
+    }
+}
+
 /// Drops every decoded text of a request (`--redact-text`): what the model generated stays
 /// out of the database; ids, times and probabilities are kept.
 fn redact_text(r: &mut RequestTrace) {
@@ -112,7 +135,7 @@ fn redact_text(r: &mut RequestTrace) {
 /// which nothing at all was valid is an error, so that a client sending only garbage hears about
 /// it loudly (and one sending only for instances its key does not cover is told it may not).
 pub async fn store_decoded(
-    store: &Store,
+    sink: &Sink,
     source: Source,
     grant: &Grant,
     mut decoded: Decoded,
@@ -122,7 +145,7 @@ pub async fn store_decoded(
         mut batches,
         rejections,
     } = decoded;
-    if store.redacts_text() {
+    if sink.redact_text {
         for b in &mut batches {
             b.texts_by_id = None;
             for r in &mut b.requests {
@@ -137,7 +160,7 @@ pub async fn store_decoded(
             .count() as u64
     };
     let forbidden = rejections.iter().filter(|r| r.forbidden).count();
-    let metrics = store.metrics();
+    let metrics = &sink.metrics;
     metrics.rejected(source, Reason::InvalidRequest, invalid(ItemKind::Request));
     metrics.rejected(
         source,
@@ -168,7 +191,7 @@ pub async fn store_decoded(
         )));
     }
     let started = std::time::Instant::now();
-    let stored = store.write(&batches).await?;
+    let stored = sink.store.write(&batches).await?;
     metrics.committed(started.elapsed());
     metrics.stored(
         source,

@@ -17,11 +17,10 @@ use std::time::Duration;
 
 use super::otlp::assemble::Assembler;
 
-use super::{otlp, store_decoded};
+use super::{Sink, otlp, store_decoded};
 use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::Source;
-use crate::store::Store;
 
 /// Maps and stores an export; the reply follows OTLP partial success: rejected spans counted,
 /// and the message lists rejections and warnings.
@@ -32,15 +31,12 @@ pub async fn export(
     grant: &Grant,
 ) -> Result<ExportTraceServiceResponse> {
     let mapped = otlp::decode(req, peer, &otlp.assembler, grant);
-    store_mapped(&otlp.store, mapped).await
+    store_mapped(&otlp.sink, mapped).await
 }
 
 /// Stores what an export (or the assembler's timeout sweep) mapped, and builds the OTLP reply.
 /// The sender's grant was applied while mapping, before the assembler held any span.
-pub async fn store_mapped(
-    store: &Store,
-    mapped: otlp::Mapped,
-) -> Result<ExportTraceServiceResponse> {
+pub async fn store_mapped(sink: &Sink, mapped: otlp::Mapped) -> Result<ExportTraceServiceResponse> {
     let rejected = mapped.decoded.rejections.len() as i64;
     let mut notes: Vec<String> = mapped
         .decoded
@@ -50,7 +46,7 @@ pub async fn store_mapped(
         .map(|r| format!("{}: {}: {}", r.item, r.field, r.message))
         .collect();
     notes.extend(mapped.warnings.iter().take(20).cloned());
-    let stored = store_decoded(store, Source::Otlp, &Grant::All, mapped.decoded).await?;
+    let stored = store_decoded(sink, Source::Otlp, &Grant::All, mapped.decoded).await?;
     tracing::debug!(
         accepted = stored.accepted_requests,
         ignored = mapped.ignored_spans,
@@ -64,17 +60,18 @@ pub async fn store_mapped(
     })
 }
 
-/// What OTLP ingest needs: the store, and the spans held until their request's root arrives.
+/// What OTLP ingest needs: where it stores, and the spans held until their request's root
+/// arrives.
 #[derive(Clone)]
 pub struct Otlp {
-    pub store: Store,
+    pub sink: Sink,
     pub assembler: Arc<Assembler>,
 }
 
 impl Otlp {
-    pub fn new(store: Store) -> Self {
+    pub fn new(sink: Sink) -> Self {
         Self {
-            store,
+            sink,
             assembler: Arc::default(),
         }
     }
@@ -91,7 +88,7 @@ impl Otlp {
         for w in &mapped.warnings {
             tracing::warn!("{w}");
         }
-        store_mapped(&self.store, mapped).await.map(|_| ())
+        store_mapped(&self.sink, mapped).await.map(|_| ())
     }
 }
 

@@ -47,8 +47,6 @@ const CLOCK_SLACK_NS: Nanos = 1_000_000_000;
 pub struct Store {
     pool: PgPool,
     caches: Arc<Caches>,
-    /// Token and candidate texts are dropped at ingest (`--redact-text`).
-    redact_text: bool,
 }
 
 #[derive(Default)]
@@ -56,7 +54,6 @@ struct Caches {
     partitions: partitions::Partitions,
     vocab: vocab::VocabCache,
     models: std::sync::Mutex<std::collections::HashMap<String, i32>>,
-    metrics: crate::metrics::Metrics,
 }
 
 impl Store {
@@ -76,26 +73,7 @@ impl Store {
         Ok(Self {
             pool,
             caches: Arc::default(),
-            redact_text: false,
         })
-    }
-
-    /// A store that keeps no decoded text: ingest drops token and candidate texts before they
-    /// are written (timing, ids and probabilities stay).
-    pub fn redacting_text(self, redact: bool) -> Self {
-        Self {
-            redact_text: redact,
-            ..self
-        }
-    }
-
-    pub fn redacts_text(&self) -> bool {
-        self.redact_text
-    }
-
-    /// The server's self-metrics: every ingest path holds this store, so they live here.
-    pub fn metrics(&self) -> &crate::metrics::Metrics {
-        &self.caches.metrics
     }
 
     /// Open connections of the pool, and how many of them are idle.

@@ -211,7 +211,7 @@ pub(crate) fn json_values(text: &str) -> Result<Vec<Located>> {
 
 /// Decodes a file and stores it; the reply lists what was kept, refused and approximated.
 pub async fn import(
-    store: &crate::store::Store,
+    sink: &super::Sink,
     format: Format,
     bytes: &[u8],
     opts: &Options,
@@ -232,7 +232,7 @@ pub async fn import(
         })
         .take(100)
         .collect();
-    let r = super::store_decoded(store, crate::metrics::Source::Import, grant, decoded).await?;
+    let r = super::store_decoded(sink, crate::metrics::Source::Import, grant, decoded).await?;
     Ok(tokenscope_core::api::ImportReply {
         accepted_requests: r.accepted_requests,
         duplicate_requests: r.duplicate_requests,
