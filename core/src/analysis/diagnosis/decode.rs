@@ -12,6 +12,10 @@ use crate::model::{Nanos, Phase, RequestTrace};
 
 /// Prefill work by other requests inside [from, to): exact from iterations, else inferred.
 /// Returns per-culprit (time, tokens) and whether it was inferred.
+///
+/// A step counts for the part of it inside the gap. Engines that schedule step k+1 before step
+/// k's output is processed (vLLM's async scheduling, SGLang's overlap scheduler) emit a token
+/// after the next step started, so a step rarely lies wholly inside a gap between two tokens.
 fn prefill_between(
     victim: &str,
     from: Nanos,
@@ -23,20 +27,22 @@ fn prefill_between(
         for it in ctx
             .iterations
             .iter()
-            .filter(|it| it.start_ns >= from && it.end_ns <= to)
+            .filter(|it| it.start_ns < to && it.end_ns > from)
         {
+            let overlap = it.end_ns.min(to) - it.start_ns.max(from);
+            let inside = overlap as f64 / (it.end_ns - it.start_ns).max(1) as f64;
             let total: u32 = it.tokens_in(Phase::Prefill);
             for e in it
                 .batch
                 .iter()
                 .filter(|e| e.phase == Phase::Prefill && *e.request_id != *victim)
             {
-                // A step's time is shared by its prefills in proportion to their tokens.
-                let share = (it.end_ns - it.start_ns) as f64 * f64::from(e.tokens)
-                    / f64::from(total.max(1));
+                // The step's time in the gap is shared by its prefills in proportion to their
+                // tokens; so are the tokens, by the part of the step inside the gap.
+                let share = overlap as f64 * f64::from(e.tokens) / f64::from(total.max(1));
                 let slot = by.entry(e.request_id.to_string()).or_default();
                 slot.0 += share as Nanos;
-                slot.1 += u64::from(e.tokens);
+                slot.1 += (f64::from(e.tokens) * inside).round() as u64;
             }
         }
         return (by, false);

@@ -22,14 +22,14 @@ pub(super) enum Wait {
 }
 
 impl Wait {
-    fn ns(self) -> Nanos {
+    pub(super) fn ns(self) -> Nanos {
         match self {
             Wait::Late(t) | Wait::Abandoned(t) => t,
         }
     }
 
     /// What every finding opens with: `TTFT 3.20 s > 2 s SLO`, `No first token: aborted after 3.20 s`.
-    fn lead(self, th: &Thresholds) -> String {
+    pub(super) fn lead(self, th: &Thresholds) -> String {
         match self {
             Wait::Late(t) => format!("TTFT {} > {} SLO", duration(t), slo_text(th.ttft_ms)),
             Wait::Abandoned(t) => format!("No first token: aborted after {}", duration(t)),
@@ -37,7 +37,7 @@ impl Wait {
     }
 
     /// The evidence, with the wait under its name (`ttft_ms` or `aborted_after_ms`) first.
-    fn evidence(self, rest: serde_json::Value) -> serde_json::Value {
+    pub(super) fn evidence(self, rest: serde_json::Value) -> serde_json::Value {
         let key = match self {
             Wait::Late(_) => "ttft_ms",
             Wait::Abandoned(_) => "aborted_after_ms",

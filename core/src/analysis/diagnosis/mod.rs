@@ -7,6 +7,7 @@
 
 mod decode;
 mod first_token;
+mod own;
 mod words;
 
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,12 @@ pub enum Cause {
     KvTransferSlow,
     /// A gap between tokens past the stall threshold that no prefill explains.
     DecodeStalled,
+    /// The request's own prompt took the first-token time (no one else held the engine).
+    LongPrompt,
+    /// A decode past its SLO that no other request's prefill explains: the load it ran under.
+    DecodeSlow,
+    /// An SLO broken with no cause found; the finding says what was checked.
+    Unexplained,
     LowProbabilityEos,
     LowProbabilityToken,
 }
@@ -44,6 +51,9 @@ impl Cause {
             Cause::KvPreempted => "kv_preempted",
             Cause::KvTransferSlow => "kv_transfer_slow",
             Cause::DecodeStalled => "decode_stalled",
+            Cause::LongPrompt => "long_prompt",
+            Cause::DecodeSlow => "decode_slow",
+            Cause::Unexplained => "unexplained",
             Cause::LowProbabilityEos => "low_probability_eos",
             Cause::LowProbabilityToken => "low_probability_token",
         }
@@ -186,18 +196,23 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
         }
         tpot => findings.extend(decode::frozen_decode(r, tpot, ctx, th)),
     }
-    if let Some(ttft) = m.ttft_ns.filter(|&t| ms(t) > th.ttft_ms) {
-        findings.extend(first_token::slow_first_token(r, Wait::Late(ttft), ctx, th));
-    } else if m.ttft_ns.is_none() && r.finish_reason == FinishReason::Abort && r.tokens.is_empty() {
-        // Given up on before any answer (a client's timeout, a queue that refused it): whoever
-        // kept it from its first step is the cause, whatever the SLO.
-        let waited = r.finished_ns - r.arrival_ns;
-        findings.extend(first_token::slow_first_token(
-            r,
-            Wait::Abandoned(waited),
-            ctx,
-            th,
-        ));
+    let waited = r.finished_ns - r.arrival_ns;
+    let wait = if let Some(ttft) = m.ttft_ns.filter(|&t| ms(t) > th.ttft_ms) {
+        Some(Wait::Late(ttft))
+    } else if m.ttft_ns.is_none()
+        && r.finish_reason == FinishReason::Abort
+        && r.tokens.is_empty()
+        && ms(waited) > th.ttft_ms.min(th.stall_ms)
+    {
+        // Given up on before any answer (a client's timeout, a queue that refused it) after
+        // waiting past the SLO or the stall threshold: whoever kept it from its first step is
+        // the cause. A client that gives up sooner is no incident.
+        Some(Wait::Abandoned(waited))
+    } else {
+        None
+    };
+    if let Some(wait) = wait {
+        findings.extend(first_token::slow_first_token(r, wait, ctx, th));
     }
     if !r.preemptions.is_empty() {
         let lost: Nanos = r
@@ -220,6 +235,11 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
             inferred: false,
         });
     }
+    // Every SLO the request broke has a finding, even when no rule above named a cause.
+    if let Some(wait) = wait {
+        findings.extend(own::first_token_left(r, wait, ctx, th, &findings));
+    }
+    findings.extend(own::decode_left(r, m.tpot_ns, ctx, th, &findings));
     findings.extend(words::word_choice(r, th));
     Diagnosis::of(r.request_id.clone(), findings)
 }
