@@ -1,64 +1,12 @@
 //! Decode stalls: gaps between tokens past the TPOT SLO, or, when the mean is within it, single
 //! gaps past the stall threshold (a reader watched the stream stop); both attributed to the
-//! prefills of other requests that ran inside them.
+//! prefills of other requests that ran inside them, each weighed by its share (`share`).
 
-use std::collections::BTreeMap;
-
+use super::share::{Culprit, MATERIAL, Shares};
 use super::{
-    Cause, Context, Finding, Severity, Thresholds, duration, gaps_over, ms, name_list, slo_text,
-    thousands,
+    Cause, Context, Finding, Severity, Thresholds, duration, gaps_over, ms, slo_text, thousands,
 };
-use crate::model::{Nanos, Phase, RequestTrace};
-
-/// Prefill work by other requests inside [from, to): exact from iterations, else inferred.
-/// Returns per-culprit (time, tokens) and whether it was inferred.
-///
-/// A step counts for the part of it inside the gap. Engines that schedule step k+1 before step
-/// k's output is processed (vLLM's async scheduling, SGLang's overlap scheduler) emit a token
-/// after the next step started, so a step rarely lies wholly inside a gap between two tokens.
-fn prefill_between(
-    victim: &str,
-    from: Nanos,
-    to: Nanos,
-    ctx: &Context,
-) -> (BTreeMap<String, (Nanos, u64)>, bool) {
-    let mut by: BTreeMap<String, (Nanos, u64)> = BTreeMap::new();
-    if !ctx.iterations.is_empty() {
-        for it in ctx
-            .iterations
-            .iter()
-            .filter(|it| it.start_ns < to && it.end_ns > from)
-        {
-            let overlap = it.end_ns.min(to) - it.start_ns.max(from);
-            let inside = overlap as f64 / (it.end_ns - it.start_ns).max(1) as f64;
-            let total: u32 = it.tokens_in(Phase::Prefill);
-            for e in it
-                .batch
-                .iter()
-                .filter(|e| e.phase == Phase::Prefill && *e.request_id != *victim)
-            {
-                // The step's time in the gap is shared by its prefills in proportion to their
-                // tokens; so are the tokens, by the part of the step inside the gap.
-                let share = overlap as f64 * f64::from(e.tokens) / f64::from(total.max(1));
-                let slot = by.entry(e.request_id.to_string()).or_default();
-                slot.0 += share as Nanos;
-                slot.1 += (f64::from(e.tokens) * inside).round() as u64;
-            }
-        }
-        return (by, false);
-    }
-    for o in ctx.others.iter().filter(|o| o.request_id != victim) {
-        for &(s, e, tokens) in &o.prefill {
-            let overlap = e.min(to) - s.max(from);
-            if overlap > 0 {
-                let slot = by.entry(o.request_id.clone()).or_default();
-                slot.0 += overlap;
-                slot.1 += u64::from(tokens);
-            }
-        }
-    }
-    (by, true)
-}
+use crate::model::{Nanos, RequestTrace};
 
 /// What ran inside a request's stalled gaps.
 struct Stalls {
@@ -67,9 +15,8 @@ struct Stalls {
     gaps: usize,
     /// The longest gap: its length and the index of the token that ended it.
     longest: (Nanos, usize),
-    /// Other requests' prefills inside the gaps: time and tokens per request.
-    culprits: BTreeMap<String, (Nanos, u64)>,
-    inferred: bool,
+    /// Other requests' prefills inside the gaps, weighed by their share of the stalled time.
+    shares: Shares,
     /// Some gap overlaps one of the request's own preemptions (which its own finding names).
     preempted: bool,
 }
@@ -82,8 +29,7 @@ impl Stalls {
             stalled: 0,
             gaps: 0,
             longest: (0, 0),
-            culprits: BTreeMap::new(),
-            inferred: false,
+            shares: Shares::default(),
             preempted: false,
         };
         for (from, to) in gaps_over(&times, over_ms) {
@@ -96,56 +42,84 @@ impl Stalls {
                 .preemptions
                 .iter()
                 .any(|p| p.at_ns < to && p.resumed_ns.unwrap_or(r.finished_ns) > from);
-            let (by, inferred) = prefill_between(&r.request_id, from, to, ctx);
-            s.inferred |= inferred;
-            for (id, (t, n)) in by {
-                let slot = s.culprits.entry(id).or_default();
-                slot.0 += t;
-                slot.1 += n;
-            }
+            s.shares.add(&r.request_id, from, to, ctx);
         }
         (s.gaps > 0).then_some(s)
     }
 
     /// Other requests' prefills account for at least half the stalled time.
     fn explained(&self) -> bool {
-        let prefill: Nanos = self.culprits.values().map(|v| v.0).sum();
-        !self.culprits.is_empty() && prefill * 2 >= self.stalled
-    }
-
-    fn ids(&self) -> Vec<String> {
-        self.culprits.keys().cloned().collect()
-    }
-
-    fn tokens(&self) -> u64 {
-        self.culprits.values().map(|v| v.1).sum()
+        let prefill = self.shares.prefill();
+        prefill > 0 && prefill * 2 >= self.stalled
     }
 
     fn gap_words(&self) -> String {
         format!("{} gap{}", self.gaps, if self.gaps == 1 { "" } else { "s" })
     }
 
-    fn evidence(&self, extra: serde_json::Value) -> serde_json::Value {
-        let shares: serde_json::Map<String, serde_json::Value> = self
-            .culprits
-            .iter()
-            .map(|(id, (t, _))| {
-                let share = *t as f64 / self.stalled.max(1) as f64;
-                (
-                    id.clone(),
-                    serde_json::json!((share * 1000.0).round() / 1000.0),
-                )
-            })
-            .collect();
+    /// `while 12 other requests prefilled 168,000 prompt tokens: A 0.62 s (9 %), … and 9 more`,
+    /// naming the material culprits.
+    fn who(&self, named: &[Culprit]) -> String {
+        let n = self.shares.requests();
+        let list = self.shares.sentence(named);
+        format!(
+            "while {} prefilled {} prompt tokens{}",
+            if n == 1 {
+                "1 other request".to_string()
+            } else {
+                format!("{n} other requests")
+            },
+            thousands(self.shares.tokens()),
+            if list.is_empty() {
+                String::new()
+            } else {
+                format!(": {list}")
+            }
+        )
+    }
+
+    fn evidence(&self, named: &[Culprit], extra: serde_json::Value) -> serde_json::Value {
         let mut e = serde_json::json!({
             "stalled_ms": ms(self.stalled), "gaps": self.gaps,
             "longest_gap_ms": ms(self.longest.0), "longest_gap_before_token": self.longest.1,
-            "share_of_stall": shares,
+            "prefill_ms": ms(self.shares.prefill()),
+            "prefill_requests": self.shares.requests(),
+            "prefill_tokens": self.shares.tokens(),
+            "culprits": self.shares.evidence(named),
         });
         if let (Some(e), serde_json::Value::Object(x)) = (e.as_object_mut(), extra) {
             e.extend(x);
         }
         e
+    }
+
+    /// The stall's prefills, named: the material culprits, or (none material) a saturated
+    /// engine.
+    fn attributed(&self, head: String, severity: Severity, extra: serde_json::Value) -> Finding {
+        let named = self.shares.material();
+        let culprits = named.iter().map(|c| c.id.clone()).collect();
+        if named.is_empty() {
+            return Finding {
+                cause: Cause::EngineSaturated,
+                severity,
+                summary: format!(
+                    "{head} {}, none of them {:.0} % of the stall: the engine was saturated.",
+                    self.who(&[]),
+                    MATERIAL * 100.0
+                ),
+                evidence: self.evidence(&[], extra),
+                culprits,
+                inferred: self.shares.inferred,
+            };
+        }
+        Finding {
+            cause: Cause::PrefillInterruptedDecode,
+            severity,
+            summary: format!("{head} {}.", self.who(&named)),
+            evidence: self.evidence(&named, extra),
+            culprits,
+            inferred: self.shares.inferred,
+        }
     }
 }
 
@@ -157,23 +131,18 @@ pub(super) fn interrupted_decode(
     th: &Thresholds,
 ) -> Option<Finding> {
     let s = Stalls::of(r, th.tpot_ms, ctx).filter(Stalls::explained)?;
-    let ids = s.ids();
-    Some(Finding {
-        cause: Cause::PrefillInterruptedDecode,
-        severity: Severity::Critical,
-        summary: format!(
-            "TPOT {} > {} SLO: decode stalled {} in {} while {} prefilled {} prompt tokens.",
-            duration(tpot),
-            slo_text(th.tpot_ms),
-            duration(s.stalled),
-            s.gap_words(),
-            name_list(&ids),
-            thousands(s.tokens())
-        ),
-        evidence: s.evidence(serde_json::json!({ "tpot_ms": ms(tpot) })),
-        culprits: ids,
-        inferred: s.inferred,
-    })
+    let head = format!(
+        "TPOT {} > {} SLO: decode stalled {} in {}",
+        duration(tpot),
+        slo_text(th.tpot_ms),
+        duration(s.stalled),
+        s.gap_words(),
+    );
+    Some(s.attributed(
+        head,
+        Severity::Critical,
+        serde_json::json!({ "tpot_ms": ms(tpot) }),
+    ))
 }
 
 /// TPOT within its SLO, but the stream stopped once (or more) for longer than the stall
@@ -202,22 +171,9 @@ pub(super) fn frozen_decode(
         s.gap_words(),
         slo_text(th.stall_ms),
     );
-    let evidence =
-        s.evidence(serde_json::json!({ "tpot_ms": tpot.map(ms), "stall_ms": th.stall_ms }));
+    let extra = serde_json::json!({ "tpot_ms": tpot.map(ms), "stall_ms": th.stall_ms });
     if s.explained() {
-        let ids = s.ids();
-        return Some(Finding {
-            cause: Cause::PrefillInterruptedDecode,
-            severity: Severity::Warning,
-            summary: format!(
-                "{head} while {} prefilled {} prompt tokens.",
-                name_list(&ids),
-                thousands(s.tokens())
-            ),
-            evidence,
-            culprits: ids,
-            inferred: s.inferred,
-        });
+        return Some(s.attributed(head, Severity::Warning, extra));
     }
     if s.preempted {
         return None;
@@ -225,9 +181,15 @@ pub(super) fn frozen_decode(
     Some(Finding {
         cause: Cause::DecodeStalled,
         severity: Severity::Warning,
-        summary: format!("{head}; no other request's prefill on this instance ran inside it."),
-        evidence,
+        summary: match s.shares.prefill() {
+            0 => format!("{head}; no other request's prefill on this instance ran inside it."),
+            p => format!(
+                "{head}; other requests' prefills held the engine for only {} of it.",
+                duration(p)
+            ),
+        },
+        evidence: s.evidence(&[], extra),
         culprits: Vec::new(),
-        inferred: s.inferred,
+        inferred: s.shares.inferred,
     })
 }

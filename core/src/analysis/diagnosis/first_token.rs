@@ -1,15 +1,14 @@
-//! A late first token, or none before the request was given up on: a slow KV transfer, one long
-//! prompt (or two) holding the engine, or a queue that no single prompt explains.
+//! A late first token, or none before the request was given up on: a slow KV transfer, a few long
+//! prompts holding the engine (each named with its share of the wait), a queue, or a saturated
+//! engine (many prefills, none a material share).
 
-use std::collections::BTreeMap;
-
-use super::{
-    Cause, Context, Finding, Severity, Thresholds, duration, ms, name_list, slo_text, thousands,
-};
+use super::share::Shares;
+use super::{Cause, Context, Finding, Severity, Thresholds, duration, ms, slo_text, thousands};
 use crate::model::{Iteration, Nanos, Phase, RequestTrace};
 
-/// At most this many requests are named as holding the engine; more is a queue.
-const FEW: usize = 2;
+/// At most this many requests (each a material share) are said to have held the engine; more
+/// is a queue (`queue_backlog`) or a saturated engine (`engine_saturated`), their names listed.
+const FEW: usize = 4;
 
 /// How long the request waited for its first token, and how the findings say so.
 #[derive(Clone, Copy)]
@@ -79,14 +78,46 @@ pub(super) fn slow_first_token(
             return out;
         }
     }
-    // Who prefilled while this request waited for its first step?
+    // Who prefilled while this request waited for its first token?
     let wait_from = r.arrival_ns;
     let wait_to = r.first_scheduled_at().unwrap_or(first);
-    if let Some(f) = monopoly(r, wait_from, first, ctx, th, wait) {
+    let mut shares = Shares::default();
+    shares.add(&r.request_id, wait_from, first, ctx);
+    if let Some(f) = monopoly(r, &shares, ctx, th, wait) {
         out.push(f);
         return out;
     }
+    let named = shares.material();
+    let meanwhile = if named.is_empty() {
+        String::new()
+    } else {
+        format!("; prefilling meanwhile: {}", shares.sentence(&named))
+    };
     let queue = wait_to - r.queued_ns.unwrap_or(r.arrival_ns);
+    if queue * 2 < ttft && shares.prefill() * 2 >= shares.lost {
+        // Scheduled, yet other prompts took the engine: many of them, none (or too many) to
+        // single out.
+        out.push(Finding {
+            cause: Cause::EngineSaturated,
+            severity: Severity::Warning,
+            summary: format!(
+                "{}: {} other requests prefilled {} prompt tokens in its wait ({} of it){meanwhile}: the engine was saturated.",
+                wait.lead(th),
+                shares.requests(),
+                thousands(shares.tokens()),
+                duration(shares.prefill()),
+            ),
+            culprits: named.iter().map(|c| c.id.clone()).collect(),
+            evidence: wait.evidence(serde_json::json!({
+                "prefill_ms": ms(shares.prefill()),
+                "prefill_requests": shares.requests(),
+                "prefill_tokens": shares.tokens(),
+                "culprits": shares.evidence(&named),
+            })),
+            inferred: shares.inferred,
+        });
+        return out;
+    }
     if queue * 2 >= ttft {
         let waiting = ctx
             .iterations
@@ -98,36 +129,33 @@ pub(super) fn slow_first_token(
             cause: Cause::QueueBacklog,
             severity: Severity::Warning,
             summary: format!(
-                "{}: {} of it waiting in the queue{}.",
+                "{}: {} of it waiting in the queue{}{meanwhile}.",
                 wait.lead(th),
                 duration(queue),
                 waiting
                     .map(|w| format!(" behind up to {w} requests"))
                     .unwrap_or_default()
             ),
-            culprits: Vec::new(),
-            evidence: wait
-                .evidence(serde_json::json!({ "queue_ms": ms(queue), "max_waiting": waiting })),
+            culprits: named.iter().map(|c| c.id.clone()).collect(),
+            evidence: wait.evidence(serde_json::json!({
+                "queue_ms": ms(queue), "max_waiting": waiting,
+                "culprits": shares.evidence(&named),
+            })),
             inferred: ctx.iterations.is_empty(),
         });
     }
     out
 }
 
-/// Who held the engine while a request waited: per other request, the time its prefill had the
-/// engine inside the wait, and its prompt tokens; and, from iteration records, the longest run
-/// of consecutive steps one request's prefill dominated.
-struct Holders {
-    held: BTreeMap<String, (Nanos, u64)>,
-    /// (request, steps, tokens, time) of the longest run of consecutive steps.
-    run: Option<(String, usize, u64, Nanos)>,
-    inferred: bool,
-}
-
-/// From iteration records: a step belongs to the request whose prefill is at least half its
-/// prefill tokens; its time inside the wait counts for that request.
-fn from_steps(r: &RequestTrace, from: Nanos, to: Nanos, steps: &[Iteration]) -> Holders {
-    let mut held: BTreeMap<String, (Nanos, u64)> = BTreeMap::new();
+/// From iteration records: the longest run of consecutive steps one other request's prefill
+/// dominated (at least half the step's prefill tokens) inside the wait: (request, steps,
+/// tokens, time).
+fn longest_run(
+    r: &RequestTrace,
+    from: Nanos,
+    to: Nanos,
+    steps: &[Iteration],
+) -> Option<(String, usize, u64, Nanos)> {
     let mut best: Option<(String, usize, u64, Nanos)> = None;
     let mut cur: Option<(String, usize, u64, Nanos)> = None;
     for it in steps
@@ -142,12 +170,6 @@ fn from_steps(r: &RequestTrace, from: Nanos, to: Nanos, steps: &[Iteration]) -> 
             .max_by_key(|e| e.tokens)
             .filter(|e| total > 0 && e.tokens * 2 >= total)
             .map(|e| (e.request_id.to_string(), e.tokens));
-        let took = it.end_ns.min(to) - it.start_ns.max(from);
-        if let Some((id, k)) = &owner {
-            let slot = held.entry(id.clone()).or_default();
-            slot.0 += took;
-            slot.1 += u64::from(*k);
-        }
         cur = match (cur, owner) {
             (Some((id, n, t, d)), Some((o, k))) if id == o => {
                 Some((id, n + 1, t + u64::from(k), d + it.end_ns - it.start_ns))
@@ -162,72 +184,28 @@ fn from_steps(r: &RequestTrace, from: Nanos, to: Nanos, steps: &[Iteration]) -> 
             best = Some(c.clone());
         }
     }
-    Holders {
-        held,
-        run: best,
-        inferred: false,
-    }
+    best
 }
 
-/// From request spans: each other request's prefill intervals (one for vLLM, a chunk each where
-/// the engine reports them) clipped to the wait.
-fn from_spans(r: &RequestTrace, from: Nanos, to: Nanos, others: &[super::OtherRequest]) -> Holders {
-    let held = others
-        .iter()
-        .filter(|o| o.request_id != r.request_id)
-        .filter_map(|o| {
-            let t: Nanos = o
-                .prefill
-                .iter()
-                .map(|&(s, e, _)| (e.min(to) - s.max(from)).max(0))
-                .sum();
-            (t > 0).then(|| (o.request_id.clone(), (t, u64::from(o.prompt_tokens))))
-        })
-        .collect();
-    Holders {
-        held,
-        run: None,
-        inferred: true,
-    }
-}
-
-/// The fewest requests (at most [`FEW`]) whose held time covers at least half the wait, with
-/// their time and tokens; their times are summed, so two prefills batched together count twice
-/// (a bound the threshold tolerates: each alone must have held a share).
-fn covering(h: &Holders, wait: Nanos) -> Option<(Vec<String>, Nanos, u64)> {
-    let mut by: Vec<(&String, &(Nanos, u64))> = h.held.iter().collect();
-    by.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
-    let (mut ids, mut time, mut tokens) = (Vec::new(), 0, 0);
-    for (id, &(t, k)) in by.into_iter().take(FEW) {
-        ids.push(id.clone());
-        time += t;
-        tokens += k;
-        if time * 2 >= wait {
-            return Some((ids, time.min(wait), tokens));
-        }
-    }
-    None
-}
-
-/// One other request's prefill (or two) held the engine for most of this request's wait for its
-/// first token, or (from iteration records) for `monopoly_iterations` consecutive steps.
+/// A few other requests' prefills (at most [`FEW`], each a material share) held the engine for
+/// at least half this request's wait for its first token, or (from iteration records) one held
+/// it for `monopoly_iterations` consecutive steps.
 fn monopoly(
     r: &RequestTrace,
-    from: Nanos,
-    to: Nanos,
+    shares: &Shares,
     ctx: &Context,
     th: &Thresholds,
     wait_for: Wait,
 ) -> Option<Finding> {
-    let h = if ctx.iterations.is_empty() {
-        from_spans(r, from, to, ctx.others)
-    } else {
-        from_steps(r, from, to, ctx.iterations)
-    };
-    let wait = to - from;
+    let (from, to) = (r.arrival_ns, r.arrival_ns + shares.lost);
+    let named = shares.material();
+    let wait = shares.lost;
     if let Some((id, run, tokens, held)) =
-        h.run.clone().filter(|run| run.1 >= th.monopoly_iterations)
+        longest_run(r, from, to, ctx.iterations).filter(|run| run.1 >= th.monopoly_iterations)
     {
+        // The run's owner first, then whoever else held a material share.
+        let mut culprits = vec![id.clone()];
+        culprits.extend(named.iter().map(|c| c.id.clone()).filter(|c| *c != id));
         return Some(Finding {
             cause: Cause::PrefillMonopolized,
             severity: Severity::Critical,
@@ -235,33 +213,164 @@ fn monopoly(
                 "{}: waited while {id}'s {}-token prefill held the engine for {run} consecutive iterations ({}).",
                 wait_for.lead(th),
                 thousands(tokens),
-                duration(held)
+                duration(held.min(wait))
             ),
-            culprits: vec![id],
-            evidence: wait_for.evidence(serde_json::json!({ "iterations": run, "prefill_tokens": tokens, "held_ms": ms(held) })),
+            culprits,
+            evidence: wait_for.evidence(serde_json::json!({
+                "iterations": run, "prefill_tokens": tokens, "held_ms": ms(held.min(wait)),
+                "culprits": shares.evidence(&named),
+            })),
             inferred: false,
         });
     }
-    let (ids, held, tokens) = covering(&h, wait)?;
-    let whose = match ids.as_slice() {
-        [one] => format!("{one}'s {}-token prefill ran", thousands(tokens)),
-        _ => format!(
-            "{} prefilled {} prompt tokens",
-            name_list(&ids),
-            thousands(tokens)
+    let held: Nanos = named.iter().map(|c| c.held).sum();
+    if named.is_empty() || named.len() > FEW || held * 2 < wait {
+        return None;
+    }
+    let whose = match named.as_slice() {
+        [one] => {
+            // The whole prompt's size where the request is known, else what ran in the wait.
+            let tokens = ctx
+                .others
+                .iter()
+                .find(|o| o.request_id == one.id)
+                .map_or(one.tokens, |o| u64::from(o.prompt_tokens));
+            format!(
+                "while {}'s {}-token prefill ran ({} of the wait)",
+                one.id,
+                thousands(tokens),
+                duration(one.held)
+            )
+        }
+        several => format!(
+            "behind {} prompts: {}",
+            several.len(),
+            shares.sentence(several)
         ),
     };
     Some(Finding {
         cause: Cause::PrefillMonopolized,
         severity: Severity::Critical,
         summary: format!(
-            "{}: waited {} for its first token while {whose} ({} of the wait).",
+            "{}: waited {} for its first token {whose}.",
             wait_for.lead(th),
             duration(wait),
-            duration(held)
         ),
-        culprits: ids,
-        evidence: wait_for.evidence(serde_json::json!({ "wait_ms": ms(wait), "held_ms": ms(held), "prefill_tokens": tokens })),
-        inferred: h.inferred,
+        culprits: named.iter().map(|c| c.id.clone()).collect(),
+        evidence: wait_for.evidence(serde_json::json!({
+            "wait_ms": ms(wait), "held_ms": ms(held), "prefill_tokens": shares.tokens(),
+            "culprits": shares.evidence(&named),
+        })),
+        inferred: shares.inferred,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Engine timelines built by hand; the expected culprits are the prompts that ran.
+
+    use std::sync::Arc;
+
+    use super::super::{Context, Diagnosis, OtherRequest, Thresholds, diagnose};
+    use crate::model::{BatchEntry, Iteration, Nanos, Phase, RequestTrace, Token};
+
+    const MS: Nanos = 1_000_000;
+
+    /// Arrived at 0, queued until `scheduled` ms, first token at `first` ms.
+    fn waiting(scheduled: i64, first: i64) -> RequestTrace {
+        RequestTrace {
+            request_id: "v".into(),
+            arrival_ns: 0,
+            queued_ns: Some(0),
+            first_scheduled_ns: Some(scheduled * MS),
+            finished_ns: (first + 40) * MS,
+            prompt_tokens: 200,
+            output_tokens: 2,
+            tokens: [first, first + 40]
+                .iter()
+                .map(|&t| Token {
+                    emitted_ns: Some(t * MS),
+                    ..Token::default()
+                })
+                .collect(),
+            ..RequestTrace::default()
+        }
+    }
+
+    fn culprits(d: &Diagnosis) -> Vec<(&'static str, Vec<String>)> {
+        d.findings
+            .iter()
+            .map(|f| (f.cause.name(), f.culprits.clone()))
+            .collect()
+    }
+
+    /// `n` equal 30k-token prompts prefilled one after another over the first 2.4 s.
+    fn equal_prompts(n: i64) -> Vec<OtherRequest> {
+        let each = 2_400 / n;
+        (0..n)
+            .map(|k| OtherRequest {
+                request_id: format!("long{k}"),
+                prompt_tokens: 30_000,
+                prefill: vec![(k * each * MS, (k + 1) * each * MS, 30_000)],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn three_and_four_equal_long_prompts_are_all_named_with_their_shares() {
+        for n in [3, 4] {
+            let others = equal_prompts(n);
+            let ctx = Context {
+                iterations: &[],
+                others: &others,
+            };
+            let d = diagnose(&waiting(10, 2_500), &ctx, &Thresholds::default());
+            let want: Vec<String> = (0..n).map(|k| format!("long{k}")).collect();
+            assert_eq!(culprits(&d), [("prefill_monopolized", want)], "{n}");
+            let s = &d.findings[0].summary;
+            assert!(s.contains(&format!("behind {n} prompts: long0 ")), "{s}");
+            let held: f64 = d.findings[0].evidence["culprits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["held_ms"].as_f64().unwrap())
+                .sum();
+            assert!(held <= 2_500.0, "held {held} ms of a 2,500 ms wait");
+        }
+    }
+
+    #[test]
+    fn a_small_prompt_sharing_a_step_with_a_long_one_is_not_blamed() {
+        // Five 480 ms steps, each computing 30,000 tokens of `long` and 500 of `small`.
+        let steps: Vec<Iteration> = (0..5)
+            .map(|k| Iteration {
+                iteration_id: k as u64,
+                start_ns: (10 + k * 480) * MS,
+                end_ns: (10 + (k + 1) * 480) * MS,
+                batch: vec![
+                    BatchEntry {
+                        request_id: Arc::from("long"),
+                        phase: Phase::Prefill,
+                        tokens: 30_000,
+                        prefill_offset: 0,
+                    },
+                    BatchEntry {
+                        request_id: Arc::from("small"),
+                        phase: Phase::Prefill,
+                        tokens: 500,
+                        prefill_offset: 0,
+                    },
+                ],
+                running: 2,
+                waiting: 1,
+                kv_cache_usage: 0.4,
+            })
+            .collect();
+        let ctx = Context {
+            iterations: &steps,
+            others: &[],
+        };
+        let d = diagnose(&waiting(2_420, 2_500), &ctx, &Thresholds::default());
+        assert_eq!(culprits(&d), [("prefill_monopolized", vec!["long".into()])]);
+    }
 }

@@ -8,6 +8,7 @@
 mod decode;
 mod first_token;
 mod own;
+pub mod share;
 mod words;
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +27,8 @@ pub enum Cause {
     KvTransferSlow,
     /// A gap between tokens past the stall threshold that no prefill explains.
     DecodeStalled,
+    /// Many other requests' prefills took the time, none of them a material share.
+    EngineSaturated,
     /// The request's own prompt took the first-token time (no one else held the engine).
     LongPrompt,
     /// A decode past its SLO that no other request's prefill explains: the load it ran under.
@@ -51,6 +54,7 @@ impl Cause {
             Cause::KvPreempted => "kv_preempted",
             Cause::KvTransferSlow => "kv_transfer_slow",
             Cause::DecodeStalled => "decode_stalled",
+            Cause::EngineSaturated => "engine_saturated",
             Cause::LongPrompt => "long_prompt",
             Cause::DecodeSlow => "decode_slow",
             Cause::Unexplained => "unexplained",
@@ -177,14 +181,6 @@ fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-fn name_list(ids: &[String]) -> String {
-    match ids.len() {
-        0 => "no other request".into(),
-        1..=3 => ids.join(", "),
-        n => format!("{}, … ({n} requests)", ids[..2].join(", ")),
-    }
 }
 
 pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
@@ -496,7 +492,14 @@ mod tests {
             .map(|k| other(&format!("p{k}"), 4000, &[(k * 240, k * 240 + 240)]))
             .collect();
         let d = run(&r, &others);
-        assert_eq!(causes(&d), [("queue_backlog", vec![])]);
+        // Ten prompts, 10 % of the wait each: too many to have "held" it, but known, so listed.
+        let ids: Vec<String> = (0..10).map(|k| format!("p{k}")).collect();
+        assert_eq!(causes(&d), [("queue_backlog", ids)]);
+        let s = &d.findings[0].summary;
+        assert!(
+            s.contains("prefilling meanwhile: p0 240.0 ms (10 %), p1 240.0 ms (10 %), p2 240.0 ms (10 %) and 7 more"),
+            "{s}"
+        );
     }
 
     #[test]

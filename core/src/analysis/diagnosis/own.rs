@@ -8,16 +8,18 @@ use super::{Cause, Context, Finding, Severity, Thresholds, duration, ms, slo_tex
 use crate::model::{Nanos, Phase, RequestTrace};
 
 /// Causes that explain a late (or missing) first token.
-const FIRST_TOKEN: [Cause; 4] = [
+const FIRST_TOKEN: [Cause; 5] = [
     Cause::KvTransferSlow,
     Cause::PrefillMonopolized,
+    Cause::EngineSaturated,
     Cause::QueueBacklog,
     Cause::KvPreempted,
 ];
 
 /// Causes that explain a slow or stalled decode.
-const DECODE: [Cause; 3] = [
+const DECODE: [Cause; 4] = [
     Cause::PrefillInterruptedDecode,
+    Cause::EngineSaturated,
     Cause::DecodeStalled,
     Cause::KvPreempted,
 ];
