@@ -144,11 +144,7 @@ pub async fn start(config: Config) -> Result<Running> {
         config.access.public_incidents,
     )?);
     let store = Store::connect(&config.database_url).await?;
-    let sink = Sink {
-        store: store.clone(),
-        metrics: Arc::default(),
-        redact_text: config.redact_text,
-    };
+    let sink = Sink::of(store.clone(), config.redact_text);
     let budget = Budget::new(config.ingest_budget_bytes, sink.metrics.clone());
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)
@@ -166,7 +162,6 @@ pub async fn start(config: Config) -> Result<Running> {
 
     let otlp = Otlp::new(sink.clone());
     let state = AppState {
-        store: store.clone(),
         sink: sink.clone(),
         otlp: otlp.clone(),
         budget: budget.clone(),
@@ -257,7 +252,7 @@ fn http_app(
         ))
         .with_state(leptos)
         .layer(axum::middleware::from_fn_with_state(
-            state.store.clone(),
+            state.sink.store.clone(),
             crate::api::incidents::gate,
         ));
     let ingest = Router::new()

@@ -14,9 +14,8 @@ use crate::store::Store;
 
 #[derive(Clone)]
 pub struct AppState {
-    /// Reads for the query API and the pages.
-    pub store: Store,
-    /// Where ingest stores (the same store, with the metrics it counts into and `--redact-text`).
+    /// Where ingest stores (the store, the metrics it counts into, `--redact-text`); its store
+    /// is also what the query API and the pages read.
     pub sink: Sink,
     /// OTLP ingest and the spans it holds.
     pub otlp: Otlp,
@@ -42,7 +41,11 @@ macro_rules! part {
         }
     };
 }
-part!(Store, store);
+impl FromRef<AppState> for Store {
+    fn from_ref(s: &AppState) -> Self {
+        s.sink.store.clone()
+    }
+}
 part!(Sink, sink);
 part!(Otlp, otlp);
 part!(Budget, budget);

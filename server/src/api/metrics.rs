@@ -8,11 +8,9 @@ use crate::state::AppState;
 /// The counters, and the gauges read now: the pool, the budget, the spans OTLP holds.
 pub async fn get(State(state): State<AppState>) -> impl IntoResponse {
     let AppState {
-        store,
-        otlp,
-        budget,
-        ..
+        sink, otlp, budget, ..
     } = &state;
+    let store = &sink.store;
     let (open, idle) = store.pool_connections();
     let in_use = (open as usize).saturating_sub(idle);
     let text = state.metrics().render(&[

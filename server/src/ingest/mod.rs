@@ -110,7 +110,8 @@ pub struct Sink {
 }
 
 impl Sink {
-    /// A sink with metrics of its own: for a command that stores and exits (`demo`, `import`).
+    /// A sink with fresh self-metrics: the server's (shared with its layers), or a command's
+    /// that stores and exits (`demo`, `import`).
     pub fn of(store: Store, redact_text: bool) -> Self {
         Self {
             store,

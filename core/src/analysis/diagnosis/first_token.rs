@@ -83,7 +83,7 @@ pub(super) fn slow_first_token(
     let wait_to = r.first_scheduled_at().unwrap_or(first);
     let mut shares = Shares::default();
     shares.add(&r.request_id, wait_from, first, ctx);
-    if let Some(f) = monopoly(r, &shares, ctx, th, wait) {
+    if let Some(f) = monopoly(r, (wait_from, first), &shares, ctx, th, wait) {
         out.push(f);
         return out;
     }
@@ -190,14 +190,15 @@ fn longest_run(
 /// A few other requests' prefills (at most [`FEW`], each a material share) held the engine for
 /// at least half this request's wait for its first token, or (from iteration records) one held
 /// it for `monopoly_iterations` consecutive steps.
+/// `shares` are those of the wait [from, to).
 fn monopoly(
     r: &RequestTrace,
+    (from, to): (Nanos, Nanos),
     shares: &Shares,
     ctx: &Context,
     th: &Thresholds,
     wait_for: Wait,
 ) -> Option<Finding> {
-    let (from, to) = (r.arrival_ns, r.arrival_ns + shares.lost);
     let named = shares.material();
     let wait = shares.lost;
     if let Some((id, run, tokens, held)) =
