@@ -9,6 +9,9 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export LEPTOS_OUTPUT_NAME=tokenscope LEPTOS_SITE_ROOT="$CARGO_TARGET_DIR/site" LEPTOS_SITE_PKG_DIR=pkg
 WASM_BINDGEN_VERSION="$(grep -A1 '^name = "wasm-bindgen"$' "$ROOT/Cargo.lock" | sed -n 's/^version = "\(.*\)"/\1/p')"
 SQLX_CLI_VERSION=0.9.0
+# TOKENSCOPE_TIMINGS=1 makes each cargo build write its timing report (target/cargo-timings/).
+CARGO_TIMINGS=()
+[ -n "${TOKENSCOPE_TIMINGS:-}" ] && CARGO_TIMINGS=(--timings)
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -122,7 +125,7 @@ build_site() {
   local profile="$1" wasm_profile wasm_dir
   if [ "$profile" = release ]; then wasm_profile=wasm-release; wasm_dir=wasm-release; else wasm_profile=dev; wasm_dir=debug; fi
   log "building the browser app (wasm, $wasm_profile)"
-  cargo build -q -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile "$wasm_profile"
+  cargo build -q "${CARGO_TIMINGS[@]}" -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile "$wasm_profile"
   local pkg="$LEPTOS_SITE_ROOT/$LEPTOS_SITE_PKG_DIR"
   mkdir -p "$pkg"
   wasm-bindgen --target web --no-typescript --out-dir "$pkg" --out-name tokenscope \
