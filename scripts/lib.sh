@@ -120,16 +120,22 @@ ensure_wasm_opt() {
   WASM_OPT="$dir/node_modules/.bin/wasm-opt"
 }
 
+# The browser app builds in a target dir of its own, so that it can build at the same time as the
+# server (one target dir admits one cargo at a time). They share no compiled crate anyway: every
+# crate of the wasm build is built for another target or profile.
+WASM_TARGET_DIR="$CARGO_TARGET_DIR/wasm"
+
 # build_site PROFILE — the cargo-leptos build done with plain cargo: wasm → wasm-bindgen → site dir.
 build_site() {
   local profile="$1" wasm_profile wasm_dir
   if [ "$profile" = release ]; then wasm_profile=wasm-release; wasm_dir=wasm-release; else wasm_profile=dev; wasm_dir=debug; fi
   log "building the browser app (wasm, $wasm_profile)"
-  cargo build -q "${CARGO_TIMINGS[@]}" -p app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate --profile "$wasm_profile"
+  cargo build -q "${CARGO_TIMINGS[@]}" --target-dir "$WASM_TARGET_DIR" -p app --lib --target wasm32-unknown-unknown \
+    --no-default-features --features hydrate --profile "$wasm_profile"
   local pkg="$LEPTOS_SITE_ROOT/$LEPTOS_SITE_PKG_DIR"
   mkdir -p "$pkg"
   wasm-bindgen --target web --no-typescript --out-dir "$pkg" --out-name tokenscope \
-    "$CARGO_TARGET_DIR/wasm32-unknown-unknown/$wasm_dir/app.wasm"
+    "$WASM_TARGET_DIR/wasm32-unknown-unknown/$wasm_dir/app.wasm"
   mv "$pkg/tokenscope_bg.wasm" "$pkg/tokenscope.wasm"
   if [ "$profile" = release ]; then
     ensure_wasm_opt

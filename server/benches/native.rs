@@ -21,8 +21,8 @@ use prost::bytes::{Buf, BytesMut};
 
 use native_exports::{BENCH, SERVING, Shape, TEXTS_PER_TOKEN, TOP_K, exports};
 use tokenscope::ingest::native;
-use tokenscope::proto::v1;
 use tokenscope::store::{ById, Lacking, encode_tokens, vocab::VocabCache};
+use tokenscope_proto::v1;
 
 const EXPORTS: usize = 48;
 /// Instances the exports cycle through, each with its own exporter (as in the end-to-end run).

@@ -41,7 +41,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 /// clients' tally and how long they ran.
 async fn phase(
     server: &mut ServerProcess,
-    template: &Arc<tokenscope::proto::v1::ExportRequest>,
+    template: &Arc<tokenscope_proto::v1::ExportRequest>,
     first_client: usize,
     clients: usize,
     seconds: u64,

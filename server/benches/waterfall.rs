@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::Connection;
 
-use tokenscope::sim;
+use tokenscope_sim as sim;
 
 const QUERIES: usize = 200;
 

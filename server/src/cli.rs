@@ -67,7 +67,7 @@ pub enum Command {
         file: std::path::PathBuf,
     },
     /// Simulate an LLM serving engine and send its traces (or write them to a file).
-    Sim(SimArgs),
+    Sim(tokenscope_sim::SimArgs),
     /// Drop stored data older than N days (whole daily partitions), then exit.
     Retention {
         #[command(flatten)]
@@ -83,54 +83,6 @@ pub struct DbArgs {
     /// Postgres connection URL.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
-}
-
-#[derive(Debug, Args)]
-pub struct SimArgs {
-    /// A named incident scenario (with its healthy control), or "all".
-    #[arg(long)]
-    pub scenario: Option<String>,
-    /// Synthetic Poisson traffic: requests per second.
-    #[arg(long)]
-    pub rate: Option<f64>,
-    /// Alternate the synthetic rate between 3× and ⅓× every ten seconds.
-    #[arg(long)]
-    pub bursty: bool,
-    /// Seconds of synthetic traffic.
-    #[arg(long, default_value_t = 60.0)]
-    pub duration_s: f64,
-    /// Replay a real trace: an Azure LLM 2023 CSV or a Mooncake JSONL (told apart by content),
-    /// or "azure-conv-5min" for the slice bundled in the binary.
-    #[arg(long)]
-    pub replay: Option<String>,
-    /// Replay window: start (seconds into the trace) and length.
-    #[arg(long, default_value_t = 0.0)]
-    pub window_start_s: f64,
-    #[arg(long, default_value_t = 3600.0)]
-    pub window_s: f64,
-    /// Delivery pace: simulated time runs this many times faster than the wall clock while
-    /// sending (60 replays an hour in a minute); `inf` sends as fast as ingest takes it.
-    #[arg(long, default_value_t = f64::INFINITY)]
-    pub speed: f64,
-    /// GPU/model profile of the cost model.
-    #[arg(long, default_value = "llama-8b-h100")]
-    pub profile: String,
-    #[arg(long, default_value = "sim-0")]
-    pub instance: String,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Unix nanoseconds of the first arrival (default: the traffic ends about now).
-    #[arg(long)]
-    pub start_ns: Option<i64>,
-    /// tokenscope gRPC endpoint to send to.
-    #[arg(long, default_value = "http://127.0.0.1:4317")]
-    pub send: String,
-    /// Write the traces to this JSONL file (import with `--format native`) instead of sending.
-    #[arg(long)]
-    pub out: Option<std::path::PathBuf>,
-    /// Write the scenarios' ground truth (victims, cause, culprits) as JSON to this file.
-    #[arg(long)]
-    pub truth: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -247,7 +199,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Command::Sim(args) => crate::sim::cli::run(args).await,
+        Command::Sim(args) => Ok(tokenscope_sim::run(args, crate::clock::now_ns()).await?),
         Command::Retention { db, keep_days } => {
             let store = Store::connect(&db.database_url).await?;
             let dropped = store.drop_older_than_days(keep_days).await?;

@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::ingest::{Sink, native, store_decoded};
-use crate::sim::{self, cost, deliver, load};
+use tokenscope_sim::{self as sim, cost, deliver, load};
 
 const SECOND: i64 = 1_000_000_000;
 

@@ -28,8 +28,9 @@ pub enum Error {
     /// The request is valid but matches more than one thing (e.g. a request id on two instances).
     #[error("{0}")]
     Ambiguous(String),
-    /// The database cannot be reached; the caller may retry.
-    #[error("database unavailable: {0}")]
+    /// Something we depend on (the database, a port, the server the simulator sends to) cannot
+    /// be reached; the caller may retry. The message names which.
+    #[error("{0}")]
     Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
@@ -68,15 +69,25 @@ impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
         match e {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
-                Error::Unavailable(e.to_string())
+                Error::Unavailable(format!("database unavailable: {e}"))
             }
             // Serialization failure and deadlock: the same batch succeeds when sent again.
             sqlx::Error::Database(ref db)
                 if matches!(db.code().as_deref(), Some("40001" | "40P01")) =>
             {
-                Error::Unavailable(format!("{e}; retry the batch"))
+                Error::Unavailable(format!("database unavailable: {e}; retry the batch"))
             }
             other => Error::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<tokenscope_sim::Error> for Error {
+    fn from(e: tokenscope_sim::Error) -> Self {
+        match e {
+            tokenscope_sim::Error::InvalidArgument(m) => Error::InvalidArgument(m),
+            tokenscope_sim::Error::Unavailable(m) => Error::Unavailable(m),
+            tokenscope_sim::Error::Internal(m) => Error::Internal(m),
         }
     }
 }

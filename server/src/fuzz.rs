@@ -9,9 +9,9 @@ use prost::Message;
 
 use crate::access::Grant;
 use crate::ingest::{import, native, otlp};
-use crate::proto::v1;
 use crate::store::{batch_block, step_block, token_block};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use tokenscope_proto::v1;
 
 /// The time decoders are run at (2026-11-30T07:00:00Z): imports anchor steady clocks to it, token
 /// blocks count from it.
@@ -137,7 +137,7 @@ mod tests {
         let r = fixtures::request("seed", T0, 6, 3, 1, 1);
         let its = fixtures::iterations_for(&r, 2, 0);
         let export = v1::ExportRequest {
-            resource_traces: vec![native::to_wire(
+            resource_traces: vec![tokenscope_proto::wire::to_wire(
                 &fixtures::resource("gpu-0"),
                 std::slice::from_ref(&r),
                 &its,

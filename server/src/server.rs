@@ -24,10 +24,10 @@ use crate::ingest::budget::{Budget, BudgetLayer};
 use crate::ingest::grpc::IngestService;
 use crate::ingest::otlp_endpoints::{Otlp, OtlpTraceService};
 use crate::logging::RequestIds;
-use crate::proto::v1::trace_ingest_server::TraceIngestServer;
 use crate::state::AppState;
 use crate::store::Store;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+use tokenscope_proto::v1::trace_ingest_server::TraceIngestServer;
 
 #[derive(Debug, Clone)]
 pub struct Config {

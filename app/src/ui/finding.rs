@@ -1,5 +1,6 @@
 //! A diagnosis finding as a list item: its cause, the sentence, the culprits linked to their
-//! request pages on the same instance. The request page and the incident page list them alike.
+//! request pages on the same instance, and the speed and word verdicts beside them. The request,
+//! waterfall and incident pages show them alike.
 
 use leptos::prelude::*;
 
@@ -20,5 +21,19 @@ pub fn item(f: Finding, instance: &str, label: String) -> impl IntoView + use<> 
             <p>{f.summary}</p>
             <div class="culprits">{culprits}</div>
         </li>
+    }
+}
+
+/// Two verdicts, one for speed and one for words: a request can be fast and oddly worded, or
+/// slow and well worded, and an SRE reads for the first while a customer may ask about the second.
+pub fn verdicts(slow: bool, odd: bool, timed: bool) -> impl IntoView {
+    let speed = match (timed, slow) {
+        (false, _) => "speed: no times",
+        (true, true) => "speed: slow",
+        (true, false) => "speed: met SLOs",
+    };
+    view! {
+        <span class="verdict" class:bad=slow data-testid="verdict-speed">{speed}</span>
+        <span class="verdict" class:bad=odd data-testid="verdict-words">{if odd { "words: odd" } else { "words: as expected" }}</span>
     }
 }

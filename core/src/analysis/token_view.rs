@@ -4,23 +4,9 @@ use crate::analysis::diagnosis::Thresholds;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 
-use crate::model::{Nanos, RequestTrace, SpecialToken, Token, ms};
+use crate::model::{Nanos, Rank, RequestTrace, SpecialToken, Token, ms};
 
-/// The load of one engine step, as the token view needs it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StepLoad {
-    pub iteration_id: u64,
-    pub start_ns: Nanos,
-    pub end_ns: Nanos,
-    /// Requests in the batch.
-    pub batch_size: u32,
-    /// Requests waiting in the queue.
-    pub waiting: u32,
-    pub prefill_tokens: u32,
-    pub decode_tokens: u32,
-    /// Other requests whose prefill ran in this step (the usual cause of a slow token).
-    pub prefill_requests: Vec<String>,
-}
+pub use crate::model::StepLoad;
 
 /// Probability, entropy of the candidates, and margin to the best other candidate.
 pub fn word_choice(t: &Token) -> (Option<f32>, Option<f32>, Option<f32>) {
@@ -84,13 +70,13 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
             let compute_ms = t.scheduled_ns.zip(t.emitted_ns).map(|(s, e)| ms(e - s));
             previous = t.emitted_ns;
             let (probability, entropy, margin) = word_choice(t);
-            let rank = t.rank.or_else(|| t.rank_from_candidates());
+            let known = t.rank_known();
             let mut flags = Vec::new();
             if i > 0 && latency_ms.is_some_and(|l| l > th.tpot_ms) {
                 flags.push("slo_breach".to_string());
             }
             if t.special == SpecialToken::None
-                && rank.is_some_and(|k| k > 1)
+                && known.is_some_and(Rank::below_top)
                 && probability.is_some_and(|p| p < th.token_probability)
             {
                 flags.push("far_from_top".to_string());
@@ -115,7 +101,14 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
                 latency_ms,
                 iteration: t.iteration,
                 logprob: t.logprob,
-                rank,
+                rank: match known {
+                    Some(Rank::At(k)) => Some(k),
+                    _ => None,
+                },
+                rank_beyond: match known {
+                    Some(Rank::Beyond(k)) => Some(k),
+                    _ => None,
+                },
                 candidates: t
                     .candidates
                     .iter()
@@ -178,6 +171,10 @@ pub struct TokenView {
     pub iteration: Option<u64>,
     pub logprob: Option<f32>,
     pub rank: Option<u32>,
+    /// Set (to `k`) when no rank was reported and the token is not among the `k` candidates
+    /// returned with it: its rank is greater than `k`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank_beyond: Option<u32>,
     pub candidates: Vec<CandidateView>,
     /// Requests in the engine batch that produced this token (from iteration records).
     pub batch_size: Option<u32>,
@@ -208,6 +205,15 @@ pub struct TokenView {
     /// "slo_breach" (latency above the TPOT SLO), "far_from_top" (rank > 1, unlikely),
     /// "low_probability_eos".
     pub flags: Vec<String>,
+}
+
+impl TokenView {
+    /// The rank as people read it: `3`, or `> 5` for a token outside the returned top 5.
+    pub fn rank_text(&self) -> Option<String> {
+        self.rank
+            .map(|k| k.to_string())
+            .or_else(|| self.rank_beyond.map(|k| format!("> {k}")))
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -169,11 +169,6 @@ pub fn bucket_ns(from: Nanos, to: Nanos, width_px: u32) -> Nanos {
     (span + w - 1) / w
 }
 
-/// Resolutions at which the store sums iterations per instance as they are ingested. Each
-/// divides a day (so a cell never straddles a daily partition); the migration that created
-/// `iteration_rollups` back-fills exactly these.
-pub const ROLLUP_NS: [Nanos; 4] = [100_000_000, 1_000_000_000, 10_000_000_000, 100_000_000_000];
-
 /// How a window's steps are summed into at most `width_px` buckets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grid {
@@ -184,13 +179,13 @@ pub struct Grid {
     pub bucket_ns: Nanos,
 }
 
-/// The coarsest rollup with at least two cells per pixel-wide bucket, and buckets made of whole
-/// cells. Aligning buckets to cells keeps every sum exact (no cell is split between buckets);
+/// The coarsest of the store's rollup resolutions `rollups_ns` (ascending) with at least two
+/// cells per pixel-wide bucket, and buckets made of whole cells. Aligning buckets to cells keeps every sum exact (no cell is split between buckets);
 /// the price is a bucket wider than a pixel by less than two cells (so at most twice, and for
 /// any real width about 1.5 times as wide), and a first bucket that may start before the window.
-pub fn grid(from: Nanos, to: Nanos, width_px: u32) -> Grid {
+pub fn grid(from: Nanos, to: Nanos, width_px: u32, rollups_ns: &[Nanos]) -> Grid {
     let wanted = bucket_ns(from, to, width_px);
-    match ROLLUP_NS.iter().rev().find(|&&r| 2 * r <= wanted) {
+    match rollups_ns.iter().rev().find(|&&r| 2 * r <= wanted) {
         None => Grid {
             rollup_ns: None,
             origin_ns: from,
@@ -497,10 +492,9 @@ mod tests {
 
     #[test]
     fn grids_fit_the_width_and_are_made_of_whole_cells() {
+        // The store's resolutions (`tokenscope::store::ROLLUP_NS`).
+        const ROLLUP_NS: [Nanos; 4] = [100_000_000, 1_000_000_000, 10_000_000_000, 100_000_000_000];
         let day = 86_400 * 1_000_000_000;
-        for &r in &ROLLUP_NS {
-            assert_eq!(day % r, 0, "{r} does not divide a day");
-        }
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for _ in 0..20_000 {
             x = x
@@ -511,7 +505,7 @@ mod tests {
             let span = 1_000_000 + (x >> 7) as Nanos % (3 * day);
             let width = 1 + (x >> 45) as u32 % 4000;
             let to = from + span;
-            let g = grid(from, to, width);
+            let g = grid(from, to, width, &ROLLUP_NS);
             let wanted = bucket_ns(from, to, width);
             let buckets = (to - g.origin_ns + g.bucket_ns - 1) / g.bucket_ns;
             assert!(buckets <= Nanos::from(width), "{g:?} {width}px");

@@ -53,6 +53,23 @@ mod shared_str {
     }
 }
 
+/// The load of one engine step as a request saw it: the batch, the queue, and whose prefill ran
+/// in it (what a request page shows beside each token).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepLoad {
+    pub iteration_id: u64,
+    pub start_ns: Nanos,
+    pub end_ns: Nanos,
+    /// Requests in the batch.
+    pub batch_size: u32,
+    /// Requests waiting in the queue.
+    pub waiting: u32,
+    pub prefill_tokens: u32,
+    pub decode_tokens: u32,
+    /// Other requests whose prefill ran in this step (the usual cause of a slow token).
+    pub prefill_requests: Vec<String>,
+}
+
 impl Iteration {
     pub fn tokens_in(&self, phase: Phase) -> u32 {
         self.batch

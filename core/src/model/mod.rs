@@ -7,17 +7,18 @@
 
 pub mod calendar;
 mod iteration;
+pub mod metrics;
 mod request;
 mod resource;
 mod token;
 pub mod validate;
 
-pub use iteration::{BatchEntry, Iteration, Phase};
+pub use iteration::{BatchEntry, Iteration, Phase, StepLoad};
 pub use request::{
-    FinishReason, KvTransfer, Preemption, PrefillChunk, RequestTrace, SamplingParams,
+    FinishReason, KvTransfer, OtherRequest, Preemption, PrefillChunk, RequestTrace, SamplingParams,
 };
 pub use resource::{EngineKind, Resource, Role};
-pub use token::{Candidate, SpecialToken, Token};
+pub use token::{Candidate, Rank, SpecialToken, Token};
 
 /// Nanoseconds since the Unix epoch (or a duration in nanoseconds).
 pub type Nanos = i64;

@@ -107,3 +107,13 @@ impl RequestTrace {
             .or_else(|| self.prefill_chunks.first().map(|c| c.start_ns))
     }
 }
+
+/// Another request on the same instance, as far as a diagnosis needs it: its prompt
+/// and when its prefill ran.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtherRequest {
+    pub request_id: String,
+    pub prompt_tokens: u32,
+    /// Prefill intervals (start, end, tokens), in time order.
+    pub prefill: Vec<(Nanos, Nanos, u32)>,
+}

@@ -130,6 +130,47 @@ impl Token {
             })
             .map(|i| i as u32 + 1)
     }
+
+    /// The chosen token's rank: as reported, else its place among the candidates, else — when
+    /// the candidates can be compared with it and it is not among them — beyond them (`> k`).
+    pub fn rank_known(&self) -> Option<Rank> {
+        if let Some(r) = self.rank.or_else(|| self.rank_from_candidates()) {
+            return Some(Rank::At(r));
+        }
+        // Ids against ids, or texts against texts where ids are unknown; a mix proves nothing.
+        let comparable = |c: &Candidate| match (c.token_id, self.token_id) {
+            (Some(_), Some(_)) => true,
+            (None, None) => c.text.is_some() && self.text.is_some(),
+            _ => false,
+        };
+        (!self.candidates.is_empty() && self.candidates.iter().all(comparable))
+            .then_some(Rank::Beyond(self.candidates.len() as u32))
+    }
+}
+
+/// Where a sampled token ranked among the model's candidates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rank {
+    /// 1-based (1 = the most likely).
+    At(u32),
+    /// Not among the `k` candidates returned with it: rank greater than `k`.
+    Beyond(u32),
+}
+
+impl Rank {
+    /// Not the most likely token.
+    pub fn below_top(self) -> bool {
+        !matches!(self, Rank::At(1))
+    }
+}
+
+impl std::fmt::Display for Rank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rank::At(k) => write!(f, "{k}"),
+            Rank::Beyond(k) => write!(f, "> {k}"),
+        }
+    }
 }
 
 #[cfg(test)]

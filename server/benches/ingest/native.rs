@@ -8,7 +8,7 @@ use prost::Message;
 use tonic::codegen::Bytes;
 use tonic::transport::Channel;
 
-use tokenscope::sim::encoded;
+use tokenscope_sim::encoded;
 
 use super::common::TestApp;
 use super::drive::drive;

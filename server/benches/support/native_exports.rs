@@ -8,8 +8,8 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use tokenscope::fixtures;
-use tokenscope::ingest::native::{intern_texts, to_wire};
-use tokenscope::proto::v1;
+use tokenscope_proto::v1;
+use tokenscope_proto::wire::{intern_texts, to_wire};
 
 pub const TOKENS_PER_REQUEST: usize = 512;
 pub const REQUESTS_PER_BATCH: usize = 32;

@@ -14,6 +14,7 @@ use tokenscope_core::model::Nanos;
 
 use super::{ListParams, ThresholdParams, width_px};
 use crate::error::{Error, Result};
+use crate::query::latency;
 use crate::store::{RequestFilter, Store};
 
 /// A side without a window: B is the hour (or `span_s`) before the newest request, A the same
@@ -56,8 +57,8 @@ pub(super) async fn compare(
     let a_to = *a.to_ns.get_or_insert(b_from);
     a.from_ns.get_or_insert(a_to - (b_to - b_from));
     ordered(&a, "a")?;
-    let a = store.compare_side(&a, width, &th).await?;
-    let b = store.compare_side(&b, width, &th).await?;
+    let a = latency::compare_side(&store, &a, width, &th).await?;
+    let b = latency::compare_side(&store, &b, width, &th).await?;
     let deltas = deltas(&a, &b);
     Ok(Json(Comparison {
         headline: headline(&a, &b, &deltas),

@@ -20,7 +20,7 @@ pub(super) async fn diagnose_request(
     let th = p.thresholds()?;
     let instances = list(p.instance.clone());
     Ok(Json(
-        store.diagnose_request(&request_id, &instances, &th).await?,
+        crate::query::diagnosis::request(&store, &request_id, &instances, &th).await?,
     ))
 }
 
@@ -46,6 +46,6 @@ pub(super) async fn diagnose_window(
         to_ns: parse_int("to", p.to.as_deref())?,
         ..RequestFilter::default()
     };
-    let diagnoses = store.diagnose_window(&filter, &th, limit).await?;
+    let diagnoses = crate::query::diagnosis::window(&store, &filter, &th, limit).await?;
     Ok(Json(DiagnosisList { diagnoses }))
 }

@@ -25,9 +25,7 @@ async fn download(
     render: fn(&RequestDetail) -> String,
 ) -> Result<impl IntoResponse + use<>> {
     let th = p.thresholds()?;
-    let d = store
-        .get_request(request_id, &list(p.instance.clone()), &th)
-        .await?;
+    let d = crate::query::requests::get(store, request_id, &list(p.instance.clone()), &th).await?;
     let name = format!("{}.{suffix}", export::file_stem(request_id));
     Ok((
         [

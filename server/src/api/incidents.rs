@@ -16,6 +16,7 @@ use super::{non_empty, parse_int};
 use crate::access::Reader;
 use crate::error::{Error, Result};
 use crate::export::{markdown, preview};
+use crate::query::incidents;
 use crate::store::Store;
 
 pub(super) async fn create(
@@ -24,7 +25,7 @@ pub(super) async fn create(
 ) -> Result<(StatusCode, Json<CreatedIncident>)> {
     let new: NewIncident = serde_json::from_slice(&body)
         .map_err(|e| Error::InvalidArgument(format!("the body is not a new incident: {e}")))?;
-    let slug = store.create_incident(&new, crate::clock::now_ns()).await?;
+    let slug = incidents::create(&store, &new, crate::clock::now_ns()).await?;
     Ok((
         StatusCode::CREATED,
         Json(CreatedIncident {
@@ -52,7 +53,7 @@ pub(super) async fn list(
     }
     let q = non_empty(p.q);
     Ok(Json(IncidentList {
-        incidents: store.list_incidents(q.as_deref(), limit).await?,
+        incidents: incidents::list(&store, q.as_deref(), limit).await?,
     }))
 }
 
@@ -63,7 +64,7 @@ pub(super) async fn get(
     Path(slug): Path<String>,
     reader: Option<Extension<Reader>>,
 ) -> Result<Json<Incident>> {
-    let mut incident = store.get_incident(&slug).await?;
+    let mut incident = incidents::get(&store, &slug).await?;
     incident.can_revoke = reader.is_some();
     Ok(Json(incident))
 }
@@ -93,7 +94,7 @@ pub(super) async fn as_markdown(
     Path(slug): Path<String>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse> {
-    let incident = store.get_incident(&slug).await?;
+    let incident = incidents::get(&store, &slug).await?;
     Ok((
         [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
         markdown::incident(&incident, &page_url(&headers, &slug)),
@@ -111,7 +112,7 @@ pub(super) async fn preview_image(
             let png = match store.incident_preview(&slug).await? {
                 Some(png) => png,
                 None => {
-                    let incident = store.get_incident(&slug).await?;
+                    let incident = incidents::get(&store, &slug).await?;
                     // Drawing is CPU work: off the async threads.
                     let png = tokio::task::spawn_blocking(move || preview::png(&incident))
                         .await
@@ -123,7 +124,7 @@ pub(super) async fn preview_image(
             Ok(([(header::CONTENT_TYPE, "image/png")], cache, png).into_response())
         }
         "preview.svg" => {
-            let incident = store.get_incident(&slug).await?;
+            let incident = incidents::get(&store, &slug).await?;
             let svg = preview::svg(&incident)?;
             Ok(([(header::CONTENT_TYPE, "image/svg+xml")], cache, svg).into_response())
         }

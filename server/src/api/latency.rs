@@ -29,5 +29,7 @@ pub(super) async fn latency(
     let filter = p.list.into_filter()?;
     // The SLOs are the diagnosis's, with the same defaults and checks.
     let slo_ms = (filter.slo_ns.0 as f64 / 1e6, filter.slo_ns.1 as f64 / 1e6);
-    Ok(Json(store.latency(&filter, width, slo_ms).await?))
+    Ok(Json(
+        crate::query::latency::series(&store, &filter, width, slo_ms).await?,
+    ))
 }

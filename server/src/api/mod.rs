@@ -250,7 +250,7 @@ impl ThresholdParams {
 
 async fn list_instances(State(store): State<Store>) -> Result<Json<InstanceList>> {
     Ok(Json(InstanceList {
-        instances: store.list_instances().await?,
+        instances: crate::query::requests::instances(&store).await?,
     }))
 }
 

@@ -16,7 +16,7 @@ pub(super) async fn list_requests(
     Query(params): Query<ListParams>,
 ) -> Result<Json<RequestList>> {
     let filter = params.into_filter()?;
-    let (requests, total) = store.list_requests(&filter).await?;
+    let (requests, total) = crate::query::requests::list(&store, &filter).await?;
     Ok(Json(RequestList {
         requests,
         total: Some(total),
@@ -30,5 +30,7 @@ pub(super) async fn get_request(
 ) -> Result<Json<RequestDetail>> {
     let th = p.thresholds()?;
     let instances = list(p.instance.clone());
-    Ok(Json(store.get_request(&request_id, &instances, &th).await?))
+    Ok(Json(
+        crate::query::requests::get(&store, &request_id, &instances, &th).await?,
+    ))
 }

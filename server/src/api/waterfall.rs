@@ -58,7 +58,7 @@ pub(super) async fn waterfall(
             Error::InvalidArgument(format!("sort={s:?} is not one of {}", names.join(", ")))
         })?,
     };
-    let view = crate::store::Rows {
+    let view = crate::query::waterfall::Rows {
         first_row: first_row as u32,
         rows: rows as u32,
         focus: non_empty(p.focus),
@@ -66,8 +66,7 @@ pub(super) async fn waterfall(
         order,
     };
     Ok(Json(
-        store
-            .waterfall(&instances, from, to, width, compact, &view)
+        crate::query::waterfall::waterfall(&store, &instances, from, to, width, compact, &view)
             .await?,
     ))
 }

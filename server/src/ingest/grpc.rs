@@ -4,7 +4,7 @@ use tonic::{Request, Response, Status};
 
 use super::{Sink, granted, native, store_decoded};
 use crate::metrics::Source;
-use crate::proto::v1::{self, trace_ingest_server::TraceIngest};
+use tokenscope_proto::v1::{self, trace_ingest_server::TraceIngest};
 pub struct IngestService {
     pub sink: Sink,
 }

@@ -6,7 +6,7 @@ use super::{Sink, native, store_decoded};
 use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::Source;
-use crate::proto::v1;
+use tokenscope_proto::v1;
 
 pub async fn post_traces(
     State(sink): State<Sink>,

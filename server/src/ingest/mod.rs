@@ -4,7 +4,6 @@
 //! adapter produces goes through [`normalize`] and the model's validation before the store sees it.
 
 pub mod budget;
-pub mod codec;
 pub mod grpc;
 pub mod http;
 pub mod import;
@@ -17,8 +16,8 @@ use tokenscope_core::model::{RequestTrace, validate};
 use crate::access::Grant;
 use crate::error::{Error, Result};
 use crate::metrics::{Batch, Reason, Source};
-use crate::proto::v1;
 use std::sync::Arc;
+use tokenscope_proto::v1;
 
 use crate::metrics::Metrics;
 use crate::store::Store;

@@ -1,40 +1,61 @@
-//! Reads latency over time: per-bucket TTFT/TPOT percentiles and SLO breaches, computed where the
-//! data is from the per-request columns derived at ingest (no token block is read).
+//! Reads latency over time and over a set of requests: TTFT/TPOT percentiles, SLO breaches and
+//! histogram bins, computed where the data is from the per-request columns derived at ingest (no
+//! token block is read).
 
-use tokenscope_core::api::{LatencyBucket, LatencySeries, Percentiles};
 use tokenscope_core::model::Nanos;
 
 use super::{RequestFilter, Store, read::count};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
-/// Without a window: the hour before the newest request that matches.
-const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
+/// The 50th, 90th and 99th percentile of a column (`None` when no request has it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Quantiles {
+    pub p50: Option<Nanos>,
+    pub p90: Option<Nanos>,
+    pub p99: Option<Nanos>,
+}
+
+/// The requests of one time bucket.
+pub struct LatencyRow {
+    pub start_ns: Nanos,
+    pub requests: u32,
+    pub ttft: Quantiles,
+    pub tpot: Quantiles,
+    pub ttft_over: u32,
+    pub tpot_over: u32,
+}
+
+/// A whole set of requests.
+pub struct SetStats {
+    pub requests: u64,
+    pub ttft: Quantiles,
+    pub tpot: Quantiles,
+    pub queue: Quantiles,
+    pub e2e: Quantiles,
+}
+
+/// Requests in one histogram bin of `metric` (`ttft` or `tpot`).
+pub struct BinRow {
+    pub metric: String,
+    pub bin: i32,
+    pub requests: u32,
+}
+
+fn q(p50: Option<Nanos>, p90: Option<Nanos>, p99: Option<Nanos>) -> Quantiles {
+    Quantiles { p50, p90, p99 }
+}
 
 impl Store {
-    /// `f`'s instances, engine, model and window; its order, paging, find and SLO filter do not
-    /// apply.
-    pub async fn latency(
+    /// `f`'s instances, engine, model in [from, to), in buckets of `bucket_ns` from `from`, with
+    /// how many broke the TTFT and TPOT SLOs `slo_ns`; its order, paging, find and SLO filter do
+    /// not apply.
+    pub async fn latency_buckets(
         &self,
         f: &RequestFilter,
-        width_px: u32,
-        (ttft_slo_ms, tpot_slo_ms): (f64, f64),
-    ) -> Result<LatencySeries> {
-        let instances = f.instance_list();
-        let to = match f.to_ns {
-            Some(to) => to,
-            None => self
-                .newest_arrival(f)
-                .await?
-                .map_or_else(crate::clock::now_ns, |t| t + 1),
-        };
-        let from = f.from_ns.unwrap_or(to - DEFAULT_WINDOW_NS);
-        if from >= to {
-            return Err(Error::InvalidArgument(format!(
-                "from={from} must be before to={to}"
-            )));
-        }
-        let bucket = tokenscope_core::analysis::waterfall::bucket_ns(from, to, width_px);
-        let slo_ns = |slo_ms: f64| (slo_ms * 1e6) as Nanos;
+        (from, to): (Nanos, Nanos),
+        bucket_ns: Nanos,
+        slo_ns: (Nanos, Nanos),
+    ) -> Result<Vec<LatencyRow>> {
         let rows = sqlx::query!(
             r#"SELECT (r.arrival_ns - $4) / $6 AS "k!", count(*)::int AS "requests!",
                       percentile_disc(0.5) WITHIN GROUP (ORDER BY r.ttft_ns) AS ttft_p50,
@@ -49,47 +70,108 @@ impl Store {
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
                  AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                GROUP BY 1 ORDER BY 1"#,
-            instances,
+            f.instance_list(),
             f.engine,
             f.model,
             from,
             to,
-            bucket,
-            slo_ns(ttft_slo_ms),
-            slo_ns(tpot_slo_ms),
+            bucket_ns,
+            slo_ns.0,
+            slo_ns.1,
             f.engine_version,
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(LatencySeries {
-            from_ns: from,
-            to_ns: to,
-            bucket_ns: bucket,
-            ttft_slo_ms,
-            tpot_slo_ms,
-            buckets: rows
-                .into_iter()
-                .map(|r| LatencyBucket {
-                    start_ns: from + r.k * bucket,
-                    requests: count(r.requests),
-                    ttft_ms: Percentiles::from_ns(r.ttft_p50, r.ttft_p90, r.ttft_p99),
-                    tpot_ms: Percentiles::from_ns(r.tpot_p50, r.tpot_p90, r.tpot_p99),
-                    ttft_over_slo: count(r.ttft_over),
-                    tpot_over_slo: count(r.tpot_over),
-                })
-                .collect(),
+        Ok(rows
+            .into_iter()
+            .map(|r| LatencyRow {
+                start_ns: from + r.k * bucket_ns,
+                requests: count(r.requests),
+                ttft: q(r.ttft_p50, r.ttft_p90, r.ttft_p99),
+                tpot: q(r.tpot_p50, r.tpot_p90, r.tpot_p99),
+                ttft_over: count(r.ttft_over),
+                tpot_over: count(r.tpot_over),
+            })
+            .collect())
+    }
+
+    /// Percentiles over all the requests that match `f`'s instances, engine, model and window.
+    pub async fn set_stats(&self, f: &RequestFilter) -> Result<SetStats> {
+        let s = sqlx::query!(
+            r#"SELECT count(*) AS "requests!",
+                      percentile_disc(0.5) WITHIN GROUP (ORDER BY r.ttft_ns) AS ttft_p50,
+                      percentile_disc(0.9) WITHIN GROUP (ORDER BY r.ttft_ns) AS ttft_p90,
+                      percentile_disc(0.99) WITHIN GROUP (ORDER BY r.ttft_ns) AS ttft_p99,
+                      percentile_disc(0.5) WITHIN GROUP (ORDER BY r.tpot_ns) AS tpot_p50,
+                      percentile_disc(0.9) WITHIN GROUP (ORDER BY r.tpot_ns) AS tpot_p90,
+                      percentile_disc(0.99) WITHIN GROUP (ORDER BY r.tpot_ns) AS tpot_p99,
+                      percentile_disc(0.5) WITHIN GROUP (ORDER BY r.queue_ns) AS queue_p50,
+                      percentile_disc(0.9) WITHIN GROUP (ORDER BY r.queue_ns) AS queue_p90,
+                      percentile_disc(0.99) WITHIN GROUP (ORDER BY r.queue_ns) AS queue_p99,
+                      percentile_disc(0.5) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p50,
+                      percentile_disc(0.9) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p90,
+                      percentile_disc(0.99) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p99
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($6::text IS NULL OR i.engine_version = $6)
+                 AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5"#,
+            f.instance_list(),
+            f.engine,
+            f.model,
+            f.from_ns.unwrap_or(Nanos::MIN),
+            f.to_ns.unwrap_or(Nanos::MAX),
+            f.engine_version,
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(SetStats {
+            requests: s.requests as u64,
+            ttft: q(s.ttft_p50, s.ttft_p90, s.ttft_p99),
+            tpot: q(s.tpot_p50, s.tpot_p90, s.tpot_p99),
+            queue: q(s.queue_p50, s.queue_p90, s.queue_p99),
+            e2e: q(s.e2e_p50, s.e2e_p90, s.e2e_p99),
         })
+    }
+
+    /// Requests per bin of TTFT and of TPOT, the bins `bins_per_octave` to a doubling of the
+    /// milliseconds (bin 0 starts at 1 ms).
+    pub async fn histogram(&self, f: &RequestFilter, bins_per_octave: f64) -> Result<Vec<BinRow>> {
+        let rows = sqlx::query!(
+            r#"SELECT h.metric AS "metric!", floor($6::float8 * ln(greatest(h.ns, 1000)::float8 / 1e6) / ln(2))::int AS "bin!",
+                      count(*)::int AS "requests!"
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               CROSS JOIN LATERAL (VALUES ('ttft', r.ttft_ns), ('tpot', r.tpot_ns)) AS h (metric, ns)
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($7::text IS NULL OR i.engine_version = $7)
+                 AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND h.ns IS NOT NULL
+               GROUP BY 1, 2 ORDER BY 1, 2"#,
+            f.instance_list(),
+            f.engine,
+            f.model,
+            f.from_ns.unwrap_or(Nanos::MIN),
+            f.to_ns.unwrap_or(Nanos::MAX),
+            bins_per_octave,
+            f.engine_version,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| BinRow {
+                metric: r.metric,
+                bin: r.bin,
+                requests: count(r.requests),
+            })
+            .collect())
     }
 
     /// Arrival of the newest request that matches `f`'s instances, engine and model (any time).
     pub async fn newest_arrival(&self, f: &RequestFilter) -> Result<Option<Nanos>> {
-        let instances = f.instance_list();
         Ok(sqlx::query_scalar!(
             r#"SELECT max(r.arrival_ns) AS newest
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($4::text IS NULL OR i.engine_version = $4)
                  AND ($3::text IS NULL OR m.name = $3)"#,
-            instances,
+            f.instance_list(),
             f.engine,
             f.model,
             f.engine_version,

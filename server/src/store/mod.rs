@@ -3,8 +3,7 @@
 pub mod batch;
 pub mod batch_block;
 mod bytes;
-mod compare;
-mod diagnosis;
+mod context;
 mod incidents;
 mod latency;
 mod partitions;
@@ -25,9 +24,14 @@ use tokenscope_core::model::Nanos;
 
 use crate::error::Result;
 
+pub use incidents::IncidentRow;
+pub use latency::{BinRow, LatencyRow, Quantiles, SetStats};
 pub use partitions::DAY_NS;
-pub use read::{ORDER_KEYS, Order, RequestFilter, split_list};
-pub use waterfall::Rows;
+pub use read::{
+    InstanceRow, Loaded, ORDER_KEYS, Order, RequestFilter, RequestRow, count, split_list,
+};
+pub use steps::StoredStep;
+pub use waterfall::{BucketSum, Extent, InstanceSet, RowKey};
 pub use write::{ById, Lacking, encode_tokens};
 
 /// Key spaces of our advisory locks (so they cannot collide with another application's): writers
@@ -35,13 +39,18 @@ pub use write::{ById, Lacking, encode_tokens};
 const INSTANCE_LOCKS: i32 = 0x7453;
 const VOCAB_LOCKS: i32 = 0x7454;
 
+/// Resolutions at which the store sums an instance's steps as they are ingested
+/// (`iteration_rollups`), ascending. Each divides a day (so a cell never straddles a daily
+/// partition); the migration that created the table back-fills exactly these.
+pub const ROLLUP_NS: [Nanos; 4] = [100_000_000, 1_000_000_000, 10_000_000_000, 100_000_000_000];
+
 /// Requests are assumed to last less than this when looking back for ones that overlap a window
 /// (their rows are found by arrival time, which partitions the table).
 const REQUEST_LOOKBACK_NS: Nanos = 3600 * 1_000_000_000;
 
 /// Iterations this long before a request's arrival still count as its own: the step that admits
 /// a request may start just before the gateway stamped its arrival (the clocks differ).
-const CLOCK_SLACK_NS: Nanos = 1_000_000_000;
+pub const CLOCK_SLACK_NS: Nanos = 1_000_000_000;
 
 #[derive(Clone)]
 pub struct Store {
@@ -121,5 +130,16 @@ impl Store {
         .fetch_one(&self.pool)
         .await?;
         Ok((row.bytes, row.tokens))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_rollup_resolution_divides_a_day() {
+        for r in super::ROLLUP_NS {
+            assert_eq!(super::DAY_NS % r, 0, "{r} does not divide a day");
+        }
+        assert!(super::ROLLUP_NS.is_sorted());
     }
 }

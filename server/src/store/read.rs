@@ -1,18 +1,15 @@
-//! The read path: request lists, one request with its tokens, instances.
+//! The read path: request rows, a request with its tokens decoded, the load of its steps,
+//! instances. Rows come back as the model has them; the query layer (`crate::query`) makes pages.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokenscope_core::analysis::{
-    pd,
-    stages::stages,
-    token_view::{StepLoad, token_views},
+use tokenscope_core::model::{
+    BatchEntry, EngineKind, FinishReason, Nanos, Phase, RequestTrace, Role, StepLoad,
 };
-use tokenscope_core::api::{InstanceInfo, RequestDetail, RequestPart, RequestSummary, Stage};
-use tokenscope_core::model::{BatchEntry, EngineKind, FinishReason, Nanos, RequestTrace, Role, ms};
 
 use super::{Store, batch_block, token_block, write::Detail};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A stored request and the instance it ran on.
 pub struct Loaded {
@@ -22,63 +19,10 @@ pub struct Loaded {
     pub engine: EngineKind,
     pub role: Role,
     pub model: String,
-    /// A PD request's parts as stored, in join order; `trace` is then their join (`pd::join`),
-    /// `instance` their instances comma-separated, the rest the last part's. Empty for a request
-    /// served by one instance.
+    /// A PD request's parts as stored, in join order; `trace` is then their join, `instance`
+    /// their instances comma-separated, the rest the last part's. The store reads each part on
+    /// its own (this is empty); the query layer joins them (`query::requests::load`).
     pub parts: Vec<Loaded>,
-}
-
-impl Loaded {
-    /// A PD request's parts as one request, the parts kept beside it.
-    fn joined(mut parts: Vec<Loaded>) -> Loaded {
-        parts.sort_by_key(|p| pd::part_order(p.role, &p.trace));
-        let traces: Vec<&RequestTrace> = parts.iter().map(|p| &p.trace).collect();
-        let trace = pd::join(&traces);
-        let last = &parts[parts.len() - 1];
-        Loaded {
-            trace,
-            instance_id: last.instance_id,
-            instance: parts
-                .iter()
-                .map(|p| p.instance.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-            engine: last.engine,
-            role: last.role,
-            model: last.model.clone(),
-            parts,
-        }
-    }
-
-    /// The request's bars; a PD request's from its parts.
-    pub fn stages(&self) -> Vec<Stage> {
-        if self.parts.is_empty() {
-            return stages(&self.trace);
-        }
-        let traces: Vec<&RequestTrace> = self.parts.iter().map(|p| &p.trace).collect();
-        pd::joined_stages(&traces, &self.trace)
-    }
-
-    /// The parts as the API lists them.
-    pub fn part_summaries(&self) -> Vec<RequestPart> {
-        self.parts
-            .iter()
-            .map(|p| {
-                let m = tokenscope_core::analysis::metrics::request_metrics(&p.trace);
-                RequestPart {
-                    instance: p.instance.clone(),
-                    role: p.role,
-                    engine: p.engine,
-                    arrival_ns: p.trace.arrival_ns,
-                    finished_ns: p.trace.finished_ns,
-                    ttft_ms: m.ttft_ns.map(ms),
-                    queue_ms: m.queue_ns.map(ms),
-                    prompt_tokens: p.trace.prompt_tokens,
-                    output_tokens: p.trace.output_tokens,
-                }
-            })
-            .collect()
-    }
 }
 
 /// A `requests` row with its instance and model, as the loaders select it.
@@ -100,6 +44,34 @@ struct StoredRequest {
     parent_span_id: Option<Vec<u8>>,
     detail: serde_json::Value,
     tokens: Option<Vec<u8>>,
+}
+
+/// A request of a list: the columns derived at ingest, no tokens.
+pub struct RequestRow {
+    pub request_id: String,
+    pub engine: EngineKind,
+    pub instance: String,
+    pub model: String,
+    pub arrival_ns: Nanos,
+    pub ttft_ns: Option<Nanos>,
+    pub tpot_ns: Option<Nanos>,
+    pub e2e_ns: Nanos,
+    pub queue_ns: Option<Nanos>,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    pub finish_reason: FinishReason,
+}
+
+/// An instance as it last reported.
+pub struct InstanceRow {
+    pub instance: String,
+    pub engine: EngineKind,
+    pub engine_version: String,
+    pub model: String,
+    pub role: Role,
+    pub host: String,
+    pub first_seen_ns: Nanos,
+    pub last_seen_ns: Nanos,
 }
 
 /// Filters of `GET /api/v1/requests` (and of the latency and compare views); empty or `None`
@@ -184,7 +156,7 @@ fn engine(s: &str) -> EngineKind {
 }
 
 /// A stored count (int4, never negative) as the model's `u32`.
-pub(super) fn count(v: i32) -> u32 {
+pub fn count(v: i32) -> u32 {
     u32::try_from(v).unwrap_or(0)
 }
 
@@ -197,7 +169,7 @@ fn trace_id_bytes(s: &str) -> Option<Vec<u8>> {
 
 impl Store {
     /// A page of the requests that match `f`, in its order, and how many match in all.
-    pub async fn list_requests(&self, f: &RequestFilter) -> Result<(Vec<RequestSummary>, u64)> {
+    pub async fn list_requests(&self, f: &RequestFilter) -> Result<(Vec<RequestRow>, u64)> {
         let instances = f.instance_list();
         let trace = f.find.as_deref().and_then(trace_id_bytes);
         let rows = sqlx::query!(
@@ -243,16 +215,16 @@ impl Store {
         };
         let page = rows
             .into_iter()
-            .map(|r| RequestSummary {
+            .map(|r| RequestRow {
                 request_id: r.request_id,
                 engine: engine(&r.engine),
                 instance: r.instance_key,
                 model: r.model,
                 arrival_ns: r.arrival_ns,
-                ttft_ms: r.ttft_ns.map(ms),
-                tpot_ms: r.tpot_ns.map(ms),
-                e2e_ms: ms(r.e2e_ns),
-                queue_ms: r.queue_ns.map(ms),
+                ttft_ns: r.ttft_ns,
+                tpot_ns: r.tpot_ns,
+                e2e_ns: r.e2e_ns,
+                queue_ns: r.queue_ns,
                 prompt_tokens: count(r.prompt_tokens),
                 output_tokens: count(r.output_tokens),
                 finish_reason: FinishReason::parse(&r.finish_reason).unwrap_or_default(),
@@ -270,11 +242,14 @@ impl Store {
         Ok(Box::pin(self.list_requests(&page)).await?.1)
     }
 
-    /// One stored request as the model, with where it ran, on one of `instances` (any when
-    /// empty; several as the waterfall joins them). An id found on several instances is one
-    /// PD request when its parts are a prefill and a decode part (joined), else ambiguous.
-    pub async fn load_request(&self, request_id: &str, instances: &[String]) -> Result<Loaded> {
-        let mut rows = sqlx::query_as!(
+    /// The stored requests with this id on one of `instances` (any when empty), newest first:
+    /// usually one; a PD request's parts (one per instance); at most ten.
+    pub async fn load_request_rows(
+        &self,
+        request_id: &str,
+        instances: &[String],
+    ) -> Result<Vec<Loaded>> {
+        let rows = sqlx::query_as!(
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
@@ -288,39 +263,11 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        match rows.len() {
-            0 => {
-                let where_ = if instances.is_empty() {
-                    String::new()
-                } else {
-                    format!(" on instance {:?}", instances.join(","))
-                };
-                Err(Error::NotFound(format!(
-                    "no request {request_id:?}{where_}"
-                )))
-            }
-            1 => self.decode_request(rows.remove(0)).await,
-            _ => {
-                let roles: Vec<Role> = rows
-                    .iter()
-                    .map(|r| Role::parse(&r.role).unwrap_or_default())
-                    .collect();
-                let mut on: Vec<&str> = rows.iter().map(|r| r.instance_key.as_str()).collect();
-                on.sort_unstable();
-                let distinct = on.windows(2).all(|w| w[0] != w[1]);
-                if !(distinct && pd::is_pd(&roles)) {
-                    return Err(Error::Ambiguous(format!(
-                        "request id {request_id:?} exists on several instances ({}); add ?instance= to choose",
-                        on.join(", ")
-                    )));
-                }
-                let mut parts = Vec::with_capacity(rows.len());
-                for row in rows {
-                    parts.push(self.decode_request(row).await?);
-                }
-                Ok(Loaded::joined(parts))
-            }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(self.decode_request(row).await?);
         }
+        Ok(out)
     }
 
     /// A page of the stored requests that match `f`'s instances, engine, model and window, oldest
@@ -407,30 +354,9 @@ impl Store {
         })
     }
 
-    pub async fn get_request(
-        &self,
-        request_id: &str,
-        instances: &[String],
-        th: &tokenscope_core::analysis::diagnosis::Thresholds,
-    ) -> Result<RequestDetail> {
-        let (loaded, loads) = self.load_with_steps(request_id, instances).await?;
-        Ok(detail(loaded, &loads, th))
-    }
-
-    /// A request and the load of the instance's steps over its lifetime: what its page is made of.
-    pub async fn load_with_steps(
-        &self,
-        request_id: &str,
-        instances: &[String],
-    ) -> Result<(Loaded, Vec<StepLoad>)> {
-        let loaded = self.load_request(request_id, instances).await?;
-        let loads = self.step_loads(loaded.instance_id, &loaded.trace).await?;
-        Ok((loaded, loads))
-    }
-
     /// The instance's steps over the request's lifetime: the load of those that produced its
     /// tokens, and whose prefills ran while it waited for each.
-    async fn step_loads(&self, instance_id: i32, r: &RequestTrace) -> Result<Vec<StepLoad>> {
+    pub async fn step_loads(&self, instance_id: i32, r: &RequestTrace) -> Result<Vec<StepLoad>> {
         if r.tokens
             .iter()
             .all(|t| t.emitted_ns.is_none() && t.iteration.is_none())
@@ -452,7 +378,7 @@ impl Store {
                 }
                 Ok(batch_block::decode(&row.batch)?
                     .into_iter()
-                    .filter(|e| e.phase == tokenscope_core::model::Phase::Prefill)
+                    .filter(|e| e.phase == Phase::Prefill)
                     .collect())
             })
             .collect::<Result<Vec<Vec<_>>>>()?;
@@ -505,7 +431,7 @@ impl Store {
             .collect()
     }
 
-    pub async fn list_instances(&self) -> Result<Vec<InstanceInfo>> {
+    pub async fn list_instances(&self) -> Result<Vec<InstanceRow>> {
         let rows = sqlx::query!(
             "SELECT i.instance_key, i.engine, i.engine_version, m.name AS model, i.role, i.host,
                     i.first_seen_ns, i.last_seen_ns
@@ -516,7 +442,7 @@ impl Store {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|r| InstanceInfo {
+            .map(|r| InstanceRow {
                 instance: r.instance_key,
                 engine: engine(&r.engine),
                 engine_version: r.engine_version,
@@ -527,51 +453,5 @@ impl Store {
                 last_seen_ns: r.last_seen_ns,
             })
             .collect())
-    }
-}
-
-/// A request's page from the request and its steps' load: metrics, stages, token views. Pure, so
-/// an incident rebuilds the same page from what it froze.
-pub fn detail(
-    loaded: Loaded,
-    loads: &[StepLoad],
-    th: &tokenscope_core::analysis::diagnosis::Thresholds,
-) -> RequestDetail {
-    let parts = loaded.part_summaries();
-    let stages = loaded.stages();
-    let Loaded {
-        trace,
-        instance,
-        engine,
-        role,
-        model,
-        ..
-    } = loaded;
-    let m = tokenscope_core::analysis::metrics::request_metrics(&trace);
-    RequestDetail {
-        summary: RequestSummary {
-            request_id: trace.request_id.clone(),
-            engine,
-            instance,
-            model,
-            arrival_ns: trace.arrival_ns,
-            ttft_ms: m.ttft_ns.map(ms),
-            tpot_ms: m.tpot_ns.map(ms),
-            e2e_ms: ms(m.e2e_ns),
-            queue_ms: m.queue_ns.map(ms),
-            prompt_tokens: trace.prompt_tokens,
-            output_tokens: trace.output_tokens,
-            finish_reason: trace.finish_reason,
-        },
-        role,
-        trace_id: trace.trace_id.clone(),
-        parent_span_id: trace.parent_span_id.clone(),
-        finished_ns: trace.finished_ns,
-        cached_tokens: trace.cached_tokens,
-        sampling: trace.sampling.clone(),
-        preemptions: trace.preemptions.len() as u32,
-        stages,
-        tokens: token_views(&trace, loads, th),
-        parts,
     }
 }

@@ -19,11 +19,7 @@ pub struct StoredStep {
 
 impl Store {
     /// The steps of the instances `ids` that start in `range`, by start time (then id).
-    pub(super) async fn steps_in(
-        &self,
-        ids: &[i32],
-        range: Range<Nanos>,
-    ) -> Result<Vec<StoredStep>> {
+    pub async fn steps_in(&self, ids: &[i32], range: Range<Nanos>) -> Result<Vec<StoredStep>> {
         if range.is_empty() {
             return Ok(Vec::new());
         }

@@ -10,7 +10,7 @@ use tonic::{Code, metadata::MetadataValue};
 
 use crate::common::*;
 use tokenscope::fixtures;
-use tokenscope::proto::v1;
+use tokenscope_proto::v1;
 
 const PROD_KEY: &str = "prod-0123456789abcdef";
 const CPU_KEY: &str = "cpu-fedcba9876543210";

@@ -6,10 +6,10 @@ use sqlx::{Connection, PgConnection};
 
 use crate::common::*;
 use tokenscope::fixtures;
-use tokenscope::ingest::native::to_wire;
-use tokenscope::proto::v1;
 use tokenscope::store::batch_block::{self, Who};
 use tokenscope_core::model::{BatchEntry, Iteration, Phase};
+use tokenscope_proto::v1;
+use tokenscope_proto::wire::to_wire;
 
 /// Steps of three requests: the first two prefill in chunks while the third decodes.
 fn steps() -> Vec<Iteration> {

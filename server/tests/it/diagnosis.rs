@@ -7,9 +7,12 @@ use crate::common;
 use common::vllm::vllm_export;
 use common::*;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
-use tokenscope::sim::{self, scenarios::InstanceRun, scenarios::Truth};
 use tokenscope_core::analysis::metrics::request_metrics;
 use tokenscope_core::model::{Nanos, RequestTrace};
+use tokenscope_sim::{
+    self as sim,
+    scenarios::{InstanceRun, Truth},
+};
 
 async fn load(app: &TestApp, with_iterations: bool) -> Vec<Truth> {
     let (mut runs, truths) = sim::all_scenarios(T0, 60_000_000_000, 1);

@@ -3,8 +3,8 @@
 //! one `server/tests/snapshots/<scenario>.snap` per scenario (insta: `cargo insta review`, or
 //! `INSTA_UPDATE=always` to rewrite, then read the diff).
 
-use tokenscope::sim;
 use tokenscope_core::analysis::diagnosis::{Context, OtherRequest, Thresholds, diagnose};
+use tokenscope_sim as sim;
 
 const T0: i64 = 1_796_022_000_000_000_000;
 

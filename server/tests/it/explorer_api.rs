@@ -5,7 +5,8 @@
 use crate::common;
 
 use common::*;
-use tokenscope::{fixtures, sim};
+use tokenscope::fixtures;
+use tokenscope_sim as sim;
 
 fn ids(v: &serde_json::Value) -> Vec<String> {
     v["requests"]

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::*;
-use tokenscope::sim;
+use tokenscope_sim as sim;
 
 #[tokio::test]
 async fn a_stalled_request_exports_as_csv_and_chrome_trace() {

@@ -6,7 +6,7 @@ use crate::common;
 
 use common::*;
 use sqlx::Connection;
-use tokenscope::sim;
+use tokenscope_sim as sim;
 
 async fn scenario(app: &TestApp) {
     let s = sim::scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();

@@ -111,7 +111,7 @@ async fn one_invalid_item_is_rejected_and_the_rest_is_stored() {
 async fn invalid_values_are_named() {
     let app = spawn_app().await;
     let mut grpc = app.grpc().await;
-    type Breaker = Box<dyn Fn(&mut tokenscope::proto::v1::Request)>;
+    type Breaker = Box<dyn Fn(&mut tokenscope_proto::v1::Request)>;
     let cases: Vec<(&str, Breaker)> = vec![
         ("arrival_ns", Box::new(|r| r.arrival_ns = 1_796_022_000)), // seconds sent as nanoseconds
         ("request_id", Box::new(|r| r.request_id.clear())),
@@ -151,7 +151,7 @@ async fn a_batch_with_nothing_valid_is_an_error() {
     r.finished_ns = r.arrival_ns - 1;
     let mut batch = export(&fixtures::resource("gpu-0"), &[], &[]);
     batch.resource_traces[0].requests.push(
-        tokenscope::ingest::native::to_wire(&fixtures::resource("g"), &[r], &[])
+        tokenscope_proto::wire::to_wire(&fixtures::resource("g"), &[r], &[])
             .requests
             .remove(0),
     );
@@ -202,7 +202,7 @@ async fn bytes_that_are_not_protobuf_are_refused_by_name() {
             .connect_lazy();
     // Field 1 (resource_traces), length-delimited, claiming 127 bytes of which 2 follow.
     let body = tonic::codegen::Bytes::from_static(b"\x0a\x7f\x0a\x00");
-    let status = tokenscope::sim::encoded::export(channel, body)
+    let status = tokenscope_sim::encoded::export(channel, body)
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);

@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::*;
-use tokenscope::sim;
+use tokenscope_sim as sim;
 
 /// Nearest rank: the smallest value with at least `p` of the values at or below it.
 fn nearest_rank(sorted: &[f64], p: f64) -> f64 {

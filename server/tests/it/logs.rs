@@ -7,7 +7,7 @@ use tonic::Code;
 
 use crate::common::process::ServerProcess;
 use crate::common::*;
-use tokenscope::proto::v1::trace_ingest_client::TraceIngestClient;
+use tokenscope_proto::v1::trace_ingest_client::TraceIngestClient;
 
 /// The log's JSON lines whose span has `request_id`.
 fn lines_of(log: &str, request_id: &str) -> Vec<serde_json::Value> {
@@ -53,7 +53,7 @@ async fn json_logs_name_each_request_by_the_id_its_reply_carries() {
     // gRPC, the same.
     let mut grpc = TraceIngestClient::connect(server.grpc_url()).await.unwrap();
     let err = grpc
-        .export(tokenscope::proto::v1::ExportRequest::default())
+        .export(tokenscope_proto::v1::ExportRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);

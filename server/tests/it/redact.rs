@@ -6,8 +6,8 @@ use std::collections::HashSet;
 
 use crate::common::*;
 use tokenscope::fixtures;
-use tokenscope::ingest::native::{intern_texts, to_wire};
-use tokenscope::proto::v1;
+use tokenscope_proto::v1;
+use tokenscope_proto::wire::{intern_texts, to_wire};
 
 #[tokio::test]
 async fn with_redact_text_no_token_text_is_stored() {

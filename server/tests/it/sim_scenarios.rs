@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::*;
-use tokenscope::sim;
+use tokenscope_sim as sim;
 
 fn stage_ms(d: &serde_json::Value, kind: &str) -> Vec<f64> {
     d["stages"]

@@ -10,8 +10,8 @@ use tokenscope_core::model::RequestTrace;
 
 use crate::common::*;
 use tokenscope::fixtures;
-use tokenscope::ingest::native::{intern_texts, to_wire};
-use tokenscope::proto::v1;
+use tokenscope_proto::v1;
+use tokenscope_proto::wire::{intern_texts, to_wire};
 
 /// An export of `requests` with texts by id, leaving out the texts of the ids in `sent`; and the
 /// ids whose texts it carries.

@@ -6,9 +6,9 @@ use crate::common;
 
 use common::*;
 use sqlx::Connection;
-use tokenscope::sim;
 use tokenscope_core::analysis::waterfall::{Lane, Step, bucketize, grid};
 use tokenscope_core::model::Phase;
+use tokenscope_sim as sim;
 
 #[tokio::test]
 async fn lane_buckets_equal_the_raw_steps_bucketed_on_the_same_grid() {
@@ -71,7 +71,7 @@ async fn lane_buckets_equal_the_raw_steps_bucketed_on_the_same_grid() {
             ))
             .await;
         let lane: Lane = serde_json::from_value(reply["lane"].clone()).unwrap();
-        let g = grid(from, to, width);
+        let g = grid(from, to, width, &tokenscope::store::ROLLUP_NS);
         assert_eq!(g.rollup_ns, rollup, "{from}..{to} at {width}px");
         let inside = |lo| -> Vec<Step> {
             steps

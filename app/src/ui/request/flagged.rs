@@ -35,7 +35,10 @@ fn why(t: &TokenView) -> String {
         .probability
         .map(|p| format!("p {p:.2}"))
         .unwrap_or_default();
-    let rank = t.rank.map(|r| format!(", rank {r}")).unwrap_or_default();
+    let rank = t
+        .rank_text()
+        .map(|r| format!(", rank {r}"))
+        .unwrap_or_default();
     let what = if t.flags.iter().any(|f| f == "low_probability_eos") {
         "unlikely end of answer"
     } else {

@@ -127,7 +127,9 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
     let th = rq.th.get_value();
     rq.d.with_value(|d| {
         let s = d.summary.clone();
-        let degraded = dx.verdict == Verdict::Degraded;
+        let slow = dx.speed == Verdict::Degraded;
+        let odd = dx.words == Verdict::Degraded;
+        let quiet = dx.findings.is_empty();
         // Word-choice-only sources (OpenAI responses) say nothing about time.
         let timed = s.e2e_ms > 0.0 || s.ttft_ms.is_some();
         let findings = dx
@@ -154,7 +156,7 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
                 <div class="rq-title">
                     <h1 class="sel-id" data-testid="request-id">{s.request_id.clone()}</h1>
                     <button class="copy" title="Copy the request id" data-testid="copy-id" on:click=copy>"copy"</button>
-                    <span class="verdict" class:bad=degraded data-testid="verdict">{if degraded { "degraded" } else { "healthy" }}</span>
+                    {crate::ui::finding::verdicts(slow, odd, timed)}
                 </div>
                 <p class="muted rq-meta">
                     {format!("{} · {} · {} · {} · finished: {} · ", s.engine.as_str(), s.model, s.instance,
@@ -174,7 +176,7 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
                 </div>
                 <ul class="findings" data-testid="findings">
                     {findings}
-                    {(!degraded).then(|| view! { <li class="muted">{nothing_to_explain(s.finish_reason)}</li> })}
+                    {quiet.then(|| view! { <li class="muted">{nothing_to_explain(s.finish_reason)}</li> })}
                 </ul>
                 {if rq.live {
                     view! {

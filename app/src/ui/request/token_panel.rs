@@ -132,7 +132,7 @@ pub fn TokenPanel(rq: Rq) -> impl IntoView {
                     <div class="flags">{flags}</div>
                     <dl class="tp-stats">
                         <dt>"probability"</dt><dd data-testid="tp-probability">{num(t.probability, 3)}</dd>
-                        <dt>"rank"</dt><dd data-testid="tp-rank">{t.rank.map_or("–".into(), |r| r.to_string())}</dd>
+                        <dt>"rank"</dt><dd data-testid="tp-rank">{t.rank_text().unwrap_or_else(|| "–".into())}</dd>
                         <dt>"logprob"</dt><dd>{num(t.logprob, 3)}</dd>
                         <dt>"entropy"</dt><dd title="of the candidates, in nats">{num(t.entropy, 2)}</dd>
                         <dt>"margin"</dt><dd title="chosen probability minus the best other candidate's">{num(t.margin, 3)}</dd>

@@ -29,7 +29,9 @@ pub fn Panel(wf: Wf, selected: Resource<Result<Option<Selected>, String>>) -> im
 
 fn findings(wf: Wf, s: Selected) -> impl IntoView {
     let d = s.diagnosis;
-    let healthy = d.verdict == Verdict::Healthy;
+    let slow = d.speed == Verdict::Degraded;
+    let odd = d.words == Verdict::Degraded;
+    let noted_words = d.findings.iter().any(|f| f.cause.is_word_choice());
     let suggested = crate::ui::incident::create::suggested_title(&d, &s.instance);
     let href = request_href(&s.instance, &d.request_id);
     // A PD request's other part: the same view with that instance added, its parts joined.
@@ -66,10 +68,10 @@ fn findings(wf: Wf, s: Selected) -> impl IntoView {
         .collect_view();
     view! {
         <h3 class="sel-id" data-testid="selected-request">{d.request_id.clone()}</h3>
-        <span class="verdict" class:bad=!healthy>{if healthy { "healthy" } else { "degraded" }}</span>
+        {crate::ui::finding::verdicts(slow, odd, true)}
         <span class="muted">" on " {s.instance.clone()}</span>
         {joined}
-        {healthy.then(|| view! { <p class="muted">"Met its SLOs; nothing unusual in its word choice."</p> })}
+        {(!slow).then(|| view! { <p class="muted">{if noted_words { "Met its SLOs." } else { "Met its SLOs; nothing unusual in its word choice." }}</p> })}
         <ul class="findings" data-testid="findings">{list}</ul>
         <p class="panel-links"><a href=href>"open the request page"</a>" · "<span class="muted">"F zooms to it"</span></p>
         <p class="panel-links"><crate::ui::incident::create::CreateIncident instance=s.instance.clone()

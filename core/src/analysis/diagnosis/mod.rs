@@ -72,9 +72,10 @@ pub enum Severity {
     Critical,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    #[default]
     Healthy,
     Degraded,
 }
@@ -92,7 +93,16 @@ pub struct Finding {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Diagnosis {
     pub request_id: String,
+    /// Degraded when `speed` or `words` is.
     pub verdict: Verdict,
+    /// How fast it was served: degraded by any timing finding (an SLO broken, a stall, a
+    /// preemption, an abort after a long wait).
+    #[serde(default)]
+    pub speed: Verdict,
+    /// What it said: degraded by a word-choice finding at warning level (an unlikely end of the
+    /// answer). A lone unlikely token in a sampled answer (info) is listed, not degraded.
+    #[serde(default)]
+    pub words: Verdict,
     pub findings: Vec<Finding>,
 }
 
@@ -131,14 +141,7 @@ impl Default for Thresholds {
     }
 }
 
-/// Another request on the same instance, as far as the inferred mode needs it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OtherRequest {
-    pub request_id: String,
-    pub prompt_tokens: u32,
-    /// Prefill intervals (start, end, tokens), in time order.
-    pub prefill: Vec<(Nanos, Nanos, u32)>,
-}
+pub use crate::model::OtherRequest;
 
 /// What the diagnosis may look at besides the request itself.
 pub struct Context<'a> {
@@ -241,16 +244,28 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
 }
 
 impl Diagnosis {
-    /// The diagnosis these findings make: the most severe first, degraded when there is any.
+    /// The diagnosis these findings make: the most severe first; speed degraded by any timing
+    /// finding, words by a word-choice finding above info.
     fn of(request_id: String, mut findings: Vec<Finding>) -> Self {
         findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.cause.cmp(&b.cause)));
+        let degraded = |any: bool| {
+            if any {
+                Verdict::Degraded
+            } else {
+                Verdict::Healthy
+            }
+        };
+        let speed = degraded(findings.iter().any(|f| !f.cause.is_word_choice()));
+        let words = degraded(
+            findings
+                .iter()
+                .any(|f| f.cause.is_word_choice() && f.severity > Severity::Info),
+        );
         Diagnosis {
             request_id,
-            verdict: if findings.is_empty() {
-                Verdict::Healthy
-            } else {
-                Verdict::Degraded
-            },
+            verdict: degraded(speed == Verdict::Degraded || words == Verdict::Degraded),
+            speed,
+            words,
             findings,
         }
     }
@@ -304,7 +319,7 @@ pub fn stalls(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{PrefillChunk, Token};
+    use crate::model::{PrefillChunk, SpecialToken, Token};
 
     const MS: Nanos = 1_000_000;
 
@@ -361,6 +376,8 @@ mod tests {
         let part = |findings: Vec<Finding>| Diagnosis {
             request_id: "r".into(),
             verdict: Verdict::Degraded,
+            speed: Verdict::Degraded,
+            words: Verdict::Healthy,
             findings,
         };
         let prefill = part(vec![finding(Cause::QueueBacklog, Severity::Warning)]);
@@ -406,6 +423,73 @@ mod tests {
         (0..200)
             .map(|k| 100 + k * 20 + if k > 100 { freeze - 20 } else { 0 })
             .collect()
+    }
+
+    /// A fast 20-token answer whose words are `words(k)`: (token id, logprob, rank, special),
+    /// each with the top 5 candidates 100..105.
+    fn worded(words: impl Fn(usize) -> (u32, f32, Option<u32>, SpecialToken)) -> RequestTrace {
+        let mut r = request("w", 10, &(0..20).map(|k| 50 + k * 20).collect::<Vec<_>>());
+        for (k, t) in r.tokens.iter_mut().enumerate() {
+            let (id, logprob, rank, special) = words(k);
+            t.token_id = Some(id);
+            t.logprob = Some(logprob);
+            t.rank = rank;
+            t.special = special;
+            t.candidates = (100..105)
+                .map(|c| crate::model::Candidate {
+                    token_id: Some(c),
+                    logprob: -0.1 * (c - 99) as f32,
+                    text: None,
+                })
+                .collect();
+        }
+        r
+    }
+
+    #[test]
+    fn speed_and_words_have_separate_verdicts_and_one_unlikely_token_degrades_neither() {
+        use SpecialToken as S;
+        // Token 7 was sampled at p = 0.01 outside the returned top 5, with no rank reported.
+        let one_odd = worded(|k| match k {
+            7 => (900, 0.01f32.ln(), None, S::None),
+            _ => (100, -0.1, Some(1), S::None),
+        });
+        let d = run(&one_odd, &[]);
+        assert_eq!(causes(&d), [("low_probability_token", vec![])]);
+        assert_eq!(
+            (d.verdict, d.speed, d.words),
+            (Verdict::Healthy, Verdict::Healthy, Verdict::Healthy)
+        );
+        let views = crate::analysis::token_view::token_views(&one_odd, &[], &Thresholds::default());
+        assert_eq!(views[7].rank_text().as_deref(), Some("> 5"));
+        assert!(views[7].flags.iter().any(|f| f == "far_from_top"));
+        assert_eq!(views[6].rank_text().as_deref(), Some("1"));
+
+        // The answer ended on an EOS the model gave p = 0.05: the words are degraded, not the speed.
+        let cut = worded(|k| match k {
+            19 => (101, 0.05f32.ln(), None, S::Eos),
+            _ => (100, -0.1, Some(1), S::None),
+        });
+        let d = run(&cut, &[]);
+        assert_eq!(causes(&d), [("low_probability_eos", vec![])]);
+        assert!(
+            d.findings[0].summary.contains("(rank 2)"),
+            "{}",
+            d.findings[0].summary
+        );
+        assert_eq!(
+            (d.verdict, d.speed, d.words),
+            (Verdict::Degraded, Verdict::Healthy, Verdict::Degraded)
+        );
+
+        // Slow and oddly worded: both.
+        let mut slow = cut.clone();
+        for t in &mut slow.tokens[10..] {
+            t.emitted_ns = t.emitted_ns.map(|e| e + 3000 * MS);
+        }
+        slow.finished_ns += 3000 * MS;
+        let d = run(&slow, &[]);
+        assert_eq!((d.speed, d.words), (Verdict::Degraded, Verdict::Degraded));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What the model said: an answer ended by an unlikely stop token, tokens sampled far from the top.
 
 use super::{Cause, Finding, Severity, Thresholds};
-use crate::model::{RequestTrace, SpecialToken};
+use crate::model::{Rank, RequestTrace, SpecialToken};
 
 pub(super) fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -22,12 +22,15 @@ pub(super) fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
                 severity: Severity::Warning,
                 summary: format!(
                     "The answer ended after {n} tokens on an end-of-sequence token sampled at p = {p:.3}{}{}.",
-                    last.rank.map(|k| format!(" (rank {k})")).unwrap_or_default(),
+                    last.rank_known().map(|k| format!(" (rank {k})")).unwrap_or_default(),
                     top.map(|c| format!("; the likeliest token was {} (p = {:.3})", named(c.text.as_deref(), c.token_id), c.logprob.exp()))
                         .unwrap_or_default()
                 ),
                 culprits: Vec::new(),
-                evidence: serde_json::json!({ "index": n - 1, "probability": p, "rank": last.rank }),
+                evidence: match last.rank_known() {
+                    Some(Rank::Beyond(k)) => serde_json::json!({ "index": n - 1, "probability": p, "rank": null, "rank_beyond": k }),
+                    _ => serde_json::json!({ "index": n - 1, "probability": p, "rank": last.rank }),
+                },
                 inferred: false,
             });
     }
@@ -35,7 +38,10 @@ pub(super) fn word_choice(r: &RequestTrace, th: &Thresholds) -> Vec<Finding> {
         .tokens
         .iter()
         .enumerate()
-        .filter(|(_, t)| t.special == SpecialToken::None && t.rank.is_some_and(|k| k > 1))
+        // A token outside the returned top-k (rank "> k") is judged by its probability too.
+        .filter(|(_, t)| {
+            t.special == SpecialToken::None && t.rank_known().is_some_and(Rank::below_top)
+        })
         .filter_map(|(i, t)| {
             prob(t.logprob)
                 .filter(|&p| p < th.token_probability)

@@ -128,12 +128,13 @@ fn native_lines(text: &str) -> Result<Imported> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let export: crate::proto::v1::ExportRequest = serde_json::from_str(line).map_err(|e| {
-            Error::InvalidArgument(format!(
-                "line {}: not a tokenscope.v1.ExportRequest: {e}",
-                i + 1
-            ))
-        })?;
+        let export: tokenscope_proto::v1::ExportRequest =
+            serde_json::from_str(line).map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "line {}: not a tokenscope.v1.ExportRequest: {e}",
+                    i + 1
+                ))
+            })?;
         let decoded = super::native::decode(export);
         out.decoded.batches.extend(decoded.batches);
         out.decoded.rejections.extend(decoded.rejections);

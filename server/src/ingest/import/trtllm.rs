@@ -462,51 +462,7 @@ fn request(
         .or(first_token)
         .ok_or_else(|| FieldError::new("timing_metrics.last_token_time", "is missing"))?;
 
-    let mut prefill_chunks = Vec::new();
-    let mut tokens = Vec::new();
-    let mut note =
-        |id: Option<u32>, start: Nanos, end: Nanos, entry: BatchEntry, load: Option<u32>| {
-            if let Some(id) = id {
-                let it = iterations
-                    .entry(u64::from(id))
-                    .or_insert_with(|| Iteration {
-                        iteration_id: u64::from(id),
-                        start_ns: start,
-                        end_ns: end,
-                        batch: Vec::new(),
-                        running: load.unwrap_or(0),
-                        waiting: 0,
-                        kv_cache_usage: 0.0,
-                    });
-                it.batch.push(entry);
-            }
-        };
-    for c in &rec.chunks {
-        let (Some(start), Some(end)) = (c.start(), c.end()) else {
-            continue;
-        };
-        let tokens_in_chunk = c.req_context_token_number.unwrap_or(0);
-        let iteration = c.iter_counter;
-        prefill_chunks.push(PrefillChunk {
-            start_ns: step_ns(start),
-            end_ns: step_ns(end),
-            tokens: tokens_in_chunk,
-            iteration: iteration.map(u64::from),
-        });
-        let entry = BatchEntry {
-            request_id: rec.request_id.as_str().into(),
-            phase: Phase::Prefill,
-            tokens: tokens_in_chunk,
-            prefill_offset: 0,
-        };
-        note(
-            iteration,
-            step_ns(start),
-            step_ns(end),
-            entry,
-            c.iter_batch_size,
-        );
-    }
+    let mut prefill_chunks = chunks(rec, step_ns, iterations);
     let first_scheduled = t(timing.first_scheduled_time);
     let role = rec.part.as_ref().map(|p| p.role);
     // Without chunk metrics the context phase is taken to run from scheduling to the first
@@ -525,43 +481,8 @@ fn request(
             iteration: rec.first_iter.map(|i| i as u64),
         });
     }
-    // The context phase emits the first token; every generation step emits one or more.
-    if !rec.steps.is_empty() {
-        tokens.push(Token {
-            emitted_ns: first_token,
-            iteration: prefill_chunks.last().and_then(|c| c.iteration),
-            ..Token::default()
-        });
-    }
-    for s in &rec.steps {
-        let Some(end) = s.end() else { continue };
-        let end_ns = step_ns(end);
-        let start = s.start().map(step_ns);
-        let n = s.req_generation_token_number.unwrap_or(1).max(1);
-        let iteration = s.iter_counter;
-        for _ in 0..n {
-            tokens.push(Token {
-                emitted_ns: Some(end_ns),
-                scheduled_ns: start,
-                iteration: iteration.map(u64::from),
-                batch_size: s.iter_batch_size,
-                ..Token::default()
-            });
-        }
-        let entry = BatchEntry {
-            request_id: rec.request_id.as_str().into(),
-            phase: Phase::Decode,
-            tokens: n,
-            prefill_offset: 0,
-        };
-        note(
-            iteration,
-            start.unwrap_or(end_ns),
-            end_ns,
-            entry,
-            s.iter_batch_size,
-        );
-    }
+    let first_iteration = prefill_chunks.last().and_then(|c| c.iteration);
+    let tokens = generated(rec, first_token, first_iteration, step_ns, iterations);
     let output_tokens = match (tokens.is_empty(), rec.first_iter, rec.last_iter) {
         (true, Some(a), Some(b)) if b >= a => {
             // A context worker's part emits one token by design: nothing to warn about.
@@ -609,4 +530,112 @@ fn request(
     normalize(&mut r);
     validate::request(&r)?;
     Ok(r)
+}
+
+/// Adds `entry` to the batch of step `id` (made from the first request that names it; steps
+/// without an id are not known).
+fn note(
+    iterations: &mut BTreeMap<u64, Iteration>,
+    id: Option<u32>,
+    (start, end): (Nanos, Nanos),
+    entry: BatchEntry,
+    load: Option<u32>,
+) {
+    let Some(id) = id else { return };
+    let it = iterations
+        .entry(u64::from(id))
+        .or_insert_with(|| Iteration {
+            iteration_id: u64::from(id),
+            start_ns: start,
+            end_ns: end,
+            batch: Vec::new(),
+            running: load.unwrap_or(0),
+            waiting: 0,
+            kv_cache_usage: 0.0,
+        });
+    it.batch.push(entry);
+}
+
+/// The request's prefill chunks as its context steps report them, each noted in its step.
+fn chunks(
+    rec: &Record,
+    step_ns: &impl Fn(f64) -> Nanos,
+    iterations: &mut BTreeMap<u64, Iteration>,
+) -> Vec<PrefillChunk> {
+    let mut out = Vec::new();
+    for c in &rec.chunks {
+        let (Some(start), Some(end)) = (c.start(), c.end()) else {
+            continue;
+        };
+        let tokens = c.req_context_token_number.unwrap_or(0);
+        let (start, end) = (step_ns(start), step_ns(end));
+        out.push(PrefillChunk {
+            start_ns: start,
+            end_ns: end,
+            tokens,
+            iteration: c.iter_counter.map(u64::from),
+        });
+        let entry = BatchEntry {
+            request_id: rec.request_id.as_str().into(),
+            phase: Phase::Prefill,
+            tokens,
+            prefill_offset: 0,
+        };
+        note(
+            iterations,
+            c.iter_counter,
+            (start, end),
+            entry,
+            c.iter_batch_size,
+        );
+    }
+    out
+}
+
+/// The request's tokens: the context phase emits the first (at `first_token`, in step
+/// `first_iteration`), every generation step one or more; each step is noted.
+fn generated(
+    rec: &Record,
+    first_token: Option<Nanos>,
+    first_iteration: Option<u64>,
+    step_ns: &impl Fn(f64) -> Nanos,
+    iterations: &mut BTreeMap<u64, Iteration>,
+) -> Vec<Token> {
+    let mut tokens = Vec::new();
+    if !rec.steps.is_empty() {
+        tokens.push(Token {
+            emitted_ns: first_token,
+            iteration: first_iteration,
+            ..Token::default()
+        });
+    }
+    for s in &rec.steps {
+        let Some(end) = s.end() else { continue };
+        let end_ns = step_ns(end);
+        let start = s.start().map(step_ns);
+        let n = s.req_generation_token_number.unwrap_or(1).max(1);
+        for _ in 0..n {
+            tokens.push(Token {
+                emitted_ns: Some(end_ns),
+                scheduled_ns: start,
+                iteration: s.iter_counter.map(u64::from),
+                batch_size: s.iter_batch_size,
+                ..Token::default()
+            });
+        }
+        let entry = BatchEntry {
+            request_id: rec.request_id.as_str().into(),
+            phase: Phase::Decode,
+            tokens: n,
+            prefill_offset: 0,
+        };
+        note(
+            iterations,
+            s.iter_counter,
+            (start.unwrap_or(end_ns), end_ns),
+            entry,
+            s.iter_batch_size,
+        );
+    }
+    tokens
 }

@@ -5,7 +5,6 @@
 
 use std::collections::HashSet;
 
-use tokenscope_core::analysis::waterfall::ROLLUP_NS;
 use tokenscope_core::model::{Iteration, Nanos};
 
 use crate::error::Result;
@@ -241,7 +240,7 @@ impl Cells {
         // and the tests see one order.
         let mut sums = std::collections::BTreeMap::<(i64, i64), Sum>::new();
         for step in steps {
-            for res in ROLLUP_NS {
+            for res in super::super::ROLLUP_NS {
                 // Starts are validated to lie in 2000–2100, so they are positive and division
                 // truncates as Postgres's does.
                 let cell = step.start_ns / res * res;

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use tokenscope_core::analysis::metrics::request_metrics;
+use tokenscope_core::model::metrics::request_metrics;
 use tokenscope_core::model::{
     KvTransfer, Nanos, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams, unhex,
 };

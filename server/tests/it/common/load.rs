@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use prost::Message;
 use tokenscope::fixtures;
-use tokenscope::proto::v1;
-use tokenscope::sim::encoded;
+use tokenscope_proto::v1;
+use tokenscope_sim::encoded;
 use tonic::codegen::Bytes;
 
 /// What one client sent and heard.

@@ -7,11 +7,11 @@ pub mod vllm;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use sqlx::{Connection, PgConnection};
-use tokenscope::ingest::native::to_wire;
-use tokenscope::proto::v1::{self, trace_ingest_client::TraceIngestClient};
 use tokenscope::server::{self, Config, Running};
 use tokenscope::store::step_block::{self, Step};
 use tokenscope_core::model::{Iteration, RequestTrace, Resource};
+use tokenscope_proto::v1::{self, trace_ingest_client::TraceIngestClient};
+use tokenscope_proto::wire::to_wire;
 
 pub struct TestApp {
     pub running: Running,
@@ -107,11 +107,11 @@ impl TestApp {
     /// Sends simulated instances' traces to this server over native gRPC, as fast as it takes them.
     pub async fn send_sim(
         &self,
-        runs: &[tokenscope::sim::scenarios::InstanceRun],
-    ) -> tokenscope::sim::deliver::Delivered {
+        runs: &[tokenscope_sim::scenarios::InstanceRun],
+    ) -> tokenscope_sim::deliver::Delivered {
         let url = format!("http://{}", self.running.grpc_addr);
-        let batches = tokenscope::sim::deliver::batches(runs);
-        tokenscope::sim::deliver::send(&url, batches, f64::INFINITY, false)
+        let batches = tokenscope_sim::deliver::batches(runs);
+        tokenscope_sim::deliver::send(&url, batches, f64::INFINITY, false)
             .await
             .expect("the simulator's traces are delivered")
     }

@@ -9,8 +9,8 @@ use opentelemetry_proto::tonic::common::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
-use tokenscope::sim::scenarios::InstanceRun;
 use tokenscope_core::model::RequestTrace;
+use tokenscope_sim::scenarios::InstanceRun;
 
 fn kv(key: &str, value: Value) -> KeyValue {
     KeyValue {

@@ -4,16 +4,14 @@
 
 use tokenscope_core::model::{Nanos, Role};
 
-use super::deliver::{self, Delivered, Summary};
-use super::engine::SimRequest;
-use super::{cost, load, scenarios};
-use crate::cli::SimArgs;
-use crate::clock::now_ns;
-use crate::error::{Error, Result};
+use crate::deliver::{self, Delivered, Summary};
+use crate::engine::SimRequest;
+use crate::{Error, Result, SimArgs, cost, load, scenarios};
 
 const SECOND: Nanos = 1_000_000_000;
 
-pub async fn run(args: SimArgs) -> Result<()> {
+/// Runs the command; `now_ns` is the wall clock (the default traffic ends about then).
+pub async fn run(args: SimArgs, now_ns: Nanos) -> Result<()> {
     let profile = cost::profile(&args.profile).ok_or_else(|| {
         let names: Vec<&str> = cost::PROFILES.iter().map(|p| p.name).collect();
         Error::InvalidArgument(format!(
@@ -26,12 +24,12 @@ pub async fn run(args: SimArgs) -> Result<()> {
         return Err(Error::InvalidArgument("--speed must be positive".into()));
     }
     match (&args.scenario, args.rate, &args.replay) {
-        (Some(name), _, _) => scenario(&args, name).await,
+        (Some(name), _, _) => scenario(&args, name, now_ns).await,
         (None, Some(rate), _) => {
             let start = args
                 .start_ns
-                .unwrap_or_else(|| now_ns() - (args.duration_s * 1e9) as Nanos);
-            let mut rng = crate::fixtures::Rng::new(args.seed);
+                .unwrap_or(now_ns - (args.duration_s * 1e9) as Nanos);
+            let mut rng = crate::Rng::new(args.seed);
             let reqs = load::poisson(
                 &format!("{}-req", args.instance),
                 start,
@@ -55,7 +53,7 @@ pub async fn run(args: SimArgs) -> Result<()> {
             };
             let start = args
                 .start_ns
-                .unwrap_or_else(|| now_ns() - (w.length_s * 1e9) as Nanos);
+                .unwrap_or(now_ns - (w.length_s * 1e9) as Nanos);
             let prefix = format!("{}-req", args.instance);
             let reqs = if text.trim_start().starts_with('{') {
                 load::mooncake(&prefix, &text, &w, start)?
@@ -71,10 +69,10 @@ pub async fn run(args: SimArgs) -> Result<()> {
 }
 
 /// A named scenario (or all of them), with its ground truth.
-async fn scenario(args: &SimArgs, name: &str) -> Result<()> {
-    let start = args.start_ns.unwrap_or_else(|| now_ns() - 10 * 60 * SECOND);
+async fn scenario(args: &SimArgs, name: &str, now_ns: Nanos) -> Result<()> {
+    let start = args.start_ns.unwrap_or(now_ns - 10 * 60 * SECOND);
     let (runs, truths) = if name == "all" {
-        super::all_scenarios(start, 60 * SECOND, args.seed)
+        crate::all_scenarios(start, 60 * SECOND, args.seed)
     } else {
         let s = scenarios::build(name, start, args.seed).ok_or_else(|| {
             Error::InvalidArgument(format!(
@@ -117,7 +115,7 @@ async fn traffic(
     let seed = args.seed;
     let resource = scenarios::resource(&args.instance, Role::Colocated);
     let (rx, simulation) = deliver::stream(resource, move |emit| {
-        super::traffic_events(profile, reqs, seed, emit)
+        crate::traffic_events(profile, reqs, seed, emit)
     });
     let delivered = match &args.out {
         Some(path) => {

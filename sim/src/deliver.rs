@@ -14,13 +14,13 @@ use tonic::transport::Channel;
 
 use tokenscope_core::model::{Iteration, Nanos, RequestTrace, Resource};
 
-use crate::error::{Error, Result};
-use crate::ingest::native::{intern_texts, to_wire};
-use crate::proto::v1;
+use crate::{Error, Result};
+use tokenscope_proto::v1;
+use tokenscope_proto::wire::{intern_texts, to_wire};
 
-use super::encoded;
-use super::engine::Event;
-use super::scenarios::InstanceRun;
+use crate::encoded;
+use crate::engine::Event;
+use crate::scenarios::InstanceRun;
 
 /// A batch closes at whichever comes first; the bounds keep a batch a few MB on the wire.
 const REQUESTS_PER_BATCH: usize = 64;
@@ -360,7 +360,7 @@ mod tests {
 
     /// Streams `STEPS` one-entry steps, counting in `emitted` how many the engine produced.
     fn stream_steps(emitted: Arc<AtomicUsize>) -> (mpsc::Receiver<Timed>, JoinHandle<Summary>) {
-        let resource = super::super::scenarios::resource("gpu", Role::Colocated);
+        let resource = crate::scenarios::resource("gpu", Role::Colocated);
         stream(resource, move |emit| {
             for k in 0..STEPS {
                 emitted.fetch_add(1, Ordering::SeqCst);

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use tokenscope_core::model::{Candidate, SpecialToken, Token};
 
-use crate::fixtures::Rng;
+use crate::Rng;
 
 /// `<|endoftext|>` in cl100k_base.
 pub const EOS_ID: u32 = 100_257;

@@ -6,14 +6,14 @@ use prost::Message;
 use std::{env, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=../proto");
-    let fds = protox::compile(["tokenscope/v1/ingest.proto"], ["../proto"])?;
+    println!("cargo:rerun-if-changed=tokenscope");
+    let fds = protox::compile(["tokenscope/v1/ingest.proto"], ["."])?;
     let descriptor_path = PathBuf::from(env::var("OUT_DIR")?).join("tokenscope_descriptor.bin");
     std::fs::write(&descriptor_path, fds.encode_to_vec())?;
 
     tonic_prost_build::configure()
         // Decodes from one contiguous buffer (see the module): native exports are mostly varints.
-        .codec_path("crate::ingest::codec::SliceCodec")
+        .codec_path("crate::codec::SliceCodec")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

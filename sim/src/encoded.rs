@@ -7,7 +7,7 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::{Bytes, http::uri::PathAndQuery};
 use tonic::transport::Channel;
 
-use crate::proto::v1;
+use tokenscope_proto::v1;
 
 /// The `tokenscope.v1.TraceIngest/Export` call with a body encoded beforehand.
 pub async fn export(channel: Channel, body: Bytes) -> Result<v1::ExportResponse, tonic::Status> {

@@ -5,9 +5,9 @@ use std::collections::HashSet;
 
 use tokenscope_core::model::Nanos;
 
-use super::engine::SimRequest;
-use crate::error::{Error, Result};
-use crate::fixtures::Rng;
+use crate::Rng;
+use crate::engine::SimRequest;
+use crate::{Error, Result};
 
 /// Mooncake hashes prompts in 512-token blocks; a block seen before is a prefix-cache hit.
 const MOONCAKE_BLOCK_TOKENS: u32 = 512;
@@ -110,7 +110,20 @@ pub fn azure(prefix: &str, csv: &str, w: &Window, start: Nanos) -> Result<Vec<Si
     Ok(out)
 }
 
-/// Mooncake trace JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
+/// One line of a Mooncake trace (FAST'25 "Mooncake: A KVCache-centric Disaggregated
+/// Architecture for LLM Serving", `mooncake_trace.jsonl`): when it arrived, its prompt and answer
+/// lengths, and the hashes of its prompt's 512-token blocks (equal hashes, equal prefixes).
+#[derive(serde::Deserialize)]
+struct MooncakeLine {
+    /// Milliseconds from the trace's start.
+    timestamp: u64,
+    input_length: u32,
+    output_length: u32,
+    #[serde(default)]
+    hash_ids: Vec<u64>,
+}
+
+/// Mooncake trace JSONL (`MooncakeLine` per line).
 pub fn mooncake(prefix: &str, jsonl: &str, w: &Window, start: Nanos) -> Result<Vec<SimRequest>> {
     let mut out = Vec::new();
     let mut seen: HashSet<u64> = HashSet::new();
@@ -119,33 +132,19 @@ pub fn mooncake(prefix: &str, jsonl: &str, w: &Window, start: Nanos) -> Result<V
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let v: serde_json::Value = serde_json::from_str(line)
+        let v: MooncakeLine = serde_json::from_str(line)
             .map_err(|e| Error::InvalidArgument(format!("mooncake trace line {}: {e}", n + 1)))?;
-        let num = |k: &str| v.get(k).and_then(serde_json::Value::as_u64);
-        let (Some(ms), Some(prompt), Some(output)) =
-            (num("timestamp"), num("input_length"), num("output_length"))
-        else {
-            return Err(Error::InvalidArgument(format!(
-                "mooncake trace line {}: missing timestamp/input_length/output_length",
-                n + 1
-            )));
-        };
-        let hashes: Vec<u64> = v
-            .get("hash_ids")
-            .and_then(|h| h.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
-            .unwrap_or_default();
         // The prefix cache hits the leading blocks seen before.
-        let hits = hashes.iter().take_while(|h| seen.contains(h)).count() as u32;
-        seen.extend(hashes);
-        if let Some(arrival) = window_row(w, ms as f64 / 1000.0, start) {
-            let prompt = prompt as u32;
+        let hits = v.hash_ids.iter().take_while(|h| seen.contains(h)).count() as u32;
+        seen.extend(v.hash_ids);
+        if let Some(arrival) = window_row(w, v.timestamp as f64 / 1000.0, start) {
+            let prompt = v.input_length;
             out.push(SimRequest {
                 id: format!("{prefix}-{:06}", out.len()),
                 arrival_ns: arrival,
                 ready_ns: arrival,
                 prompt_tokens: prompt.max(1),
-                output_tokens: (output as u32).max(1),
+                output_tokens: v.output_length.max(1),
                 cached_tokens: (hits * MOONCAKE_BLOCK_TOKENS).min(prompt.saturating_sub(1)),
                 kv_received: false,
             });
@@ -155,7 +154,7 @@ pub fn mooncake(prefix: &str, jsonl: &str, w: &Window, start: Nanos) -> Result<V
 }
 
 /// The bundled five-minute slice of the Azure conversation trace.
-pub const AZURE_CONV_5MIN: &str = include_str!("../../data/azure_conv_5min.csv");
+pub const AZURE_CONV_5MIN: &str = include_str!("../data/azure_conv_5min.csv");
 
 #[cfg(test)]
 mod tests {

@@ -11,8 +11,8 @@ use tokenscope_core::model::{
     Token,
 };
 
-use super::cost::{Profile, StepLoad};
-use crate::fixtures::Rng;
+use crate::Rng;
+use crate::cost::{Profile, StepLoad};
 
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -169,6 +169,26 @@ fn take_trace(s: &mut State, now: Nanos) -> Box<RequestTrace> {
     })
 }
 
+/// The engine between steps: every request's state, the queue, the running set, the free KV
+/// blocks and the clock.
+struct Engine<'a> {
+    cfg: &'a EngineConfig,
+    states: Vec<State>,
+    /// Requests before this index have reached the engine.
+    next_arrival: usize,
+    waiting: VecDeque<usize>,
+    running: Vec<usize>,
+    free_blocks: u32,
+    now: Nanos,
+    iteration_id: u64,
+}
+
+/// What one step computes: prompt tokens per prefilling request, one token per decoding one.
+struct Work {
+    prefill: Vec<(usize, u32)>,
+    decode: Vec<usize>,
+}
+
 fn simulate(
     cfg: &EngineConfig,
     mut requests: Vec<SimRequest>,
@@ -177,97 +197,138 @@ fn simulate(
     emit: &mut dyn FnMut(Step) -> ControlFlow<()>,
 ) -> ControlFlow<()> {
     requests.sort_by_key(|r| r.ready_ns);
-    let mut states: Vec<State> = requests
-        .into_iter()
-        .map(|req| State {
-            batch_id: Arc::from(req.id.as_str()),
-            to_prefill: if req.kv_received {
-                0
-            } else {
-                req.prompt_tokens - req.cached_tokens.min(req.prompt_tokens)
-            },
-            req,
-            prefilled: 0,
-            generated: 0,
-            blocks: 0,
-            first_scheduled: None,
-            chunks: Vec::new(),
-            preemptions: Vec::new(),
-            tokens: Vec::new(),
-            finished: None,
-            aborted: false,
-        })
-        .collect();
-    let mut next_arrival = 0;
-    let mut waiting: VecDeque<usize> = VecDeque::new();
-    let mut running: Vec<usize> = Vec::new();
-    let mut free_blocks = cfg.kv_blocks;
-    let mut now = states.first().map_or(0, |s| s.req.ready_ns);
-    let mut iteration_id = first_iteration;
-
+    let mut e = Engine::new(cfg, requests, first_iteration);
     loop {
-        while next_arrival < states.len() && states[next_arrival].req.ready_ns <= now {
-            waiting.push_back(next_arrival);
-            next_arrival += 1;
-        }
-        if running.is_empty() && waiting.is_empty() {
-            match states.get(next_arrival) {
+        e.arrive();
+        if e.running.is_empty() && e.waiting.is_empty() {
+            match e.states.get(e.next_arrival) {
                 Some(s) => {
-                    now = s.req.ready_ns;
+                    e.now = s.req.ready_ns;
                     continue;
                 }
                 None => break,
             }
         }
+        let admitted = e.admit(emit)?;
+        let mut work = e.choose_work();
+        e.grow_or_preempt(&mut work);
+        if work.prefill.is_empty() && work.decode.is_empty() {
+            // Everything was preempted or blocked: wait for the next arrival or retry.
+            e.now += 1_000_000;
+            continue;
+        }
+        e.step(&admitted, &work, rng, emit)?;
+    }
+    // Every request has finished or been aborted by now; this only guards against a request the
+    // loop above never reached.
+    let now = e.now;
+    for (i, s) in e.states.iter_mut().enumerate() {
+        if !s.req.id.is_empty() {
+            emit(Step::Finished(i, take_trace(s, now)))?;
+        }
+    }
+    ControlFlow::Continue(())
+}
 
-        // Admission: the head of the queue joins when a slot and its KV blocks are free.
-        let mut admitted_now = Vec::new();
-        while let Some(&i) = waiting.front() {
-            let need = blocks_for(states[i].context().max(1), cfg.block_size);
+impl<'a> Engine<'a> {
+    fn new(cfg: &'a EngineConfig, requests: Vec<SimRequest>, first_iteration: u64) -> Self {
+        let states: Vec<State> = requests
+            .into_iter()
+            .map(|req| State {
+                batch_id: Arc::from(req.id.as_str()),
+                to_prefill: if req.kv_received {
+                    0
+                } else {
+                    req.prompt_tokens - req.cached_tokens.min(req.prompt_tokens)
+                },
+                req,
+                prefilled: 0,
+                generated: 0,
+                blocks: 0,
+                first_scheduled: None,
+                chunks: Vec::new(),
+                preemptions: Vec::new(),
+                tokens: Vec::new(),
+                finished: None,
+                aborted: false,
+            })
+            .collect();
+        Engine {
+            cfg,
+            now: states.first().map_or(0, |s| s.req.ready_ns),
+            states,
+            next_arrival: 0,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            free_blocks: cfg.kv_blocks,
+            iteration_id: first_iteration,
+        }
+    }
+
+    /// Requests that have become ready join the queue.
+    fn arrive(&mut self) {
+        while self.next_arrival < self.states.len()
+            && self.states[self.next_arrival].req.ready_ns <= self.now
+        {
+            self.waiting.push_back(self.next_arrival);
+            self.next_arrival += 1;
+        }
+    }
+
+    /// Admission: the head of the queue joins when a slot and its KV blocks are free. Returns the
+    /// requests admitted now.
+    fn admit(
+        &mut self,
+        emit: &mut dyn FnMut(Step) -> ControlFlow<()>,
+    ) -> ControlFlow<(), Vec<usize>> {
+        let (cfg, now) = (self.cfg, self.now);
+        let mut admitted = Vec::new();
+        while let Some(&i) = self.waiting.front() {
+            let need = blocks_for(self.states[i].context().max(1), cfg.block_size);
             if need > cfg.kv_blocks {
                 // It can never fit: a real engine rejects it; waiting would stall forever.
-                waiting.pop_front();
-                states[i].finished = Some(now);
-                states[i].aborted = true;
-                emit(Step::Finished(i, take_trace(&mut states[i], now)))?;
+                self.waiting.pop_front();
+                self.states[i].finished = Some(now);
+                self.states[i].aborted = true;
+                emit(Step::Finished(i, take_trace(&mut self.states[i], now)))?;
                 continue;
             }
-            if running.len() >= cfg.max_running || need > free_blocks {
+            if self.running.len() >= cfg.max_running || need > self.free_blocks {
                 break;
             }
-            waiting.pop_front();
-            free_blocks -= need;
-            states[i].blocks = need;
-            running.push(i);
-            admitted_now.push(i);
-            if let Some(p) = states[i].preemptions.last_mut() {
+            self.waiting.pop_front();
+            self.free_blocks -= need;
+            self.states[i].blocks = need;
+            self.running.push(i);
+            admitted.push(i);
+            if let Some(p) = self.states[i].preemptions.last_mut() {
                 p.resumed_ns.get_or_insert(now);
             }
         }
+        ControlFlow::Continue(admitted)
+    }
 
-        let prefilling: Vec<usize> = running
+    /// The step's work: with chunking, every decode and prompt chunks up to the token budget;
+    /// without, whole prompts (decodes paused, under prefill priority) or the decodes.
+    fn choose_work(&self) -> Work {
+        let (cfg, states) = (self.cfg, &self.states);
+        let (prefilling, decoding): (Vec<usize>, Vec<usize>) = self
+            .running
             .iter()
-            .copied()
-            .filter(|&i| states[i].prefilled < states[i].to_prefill)
-            .collect();
-        let decoding: Vec<usize> = running
-            .iter()
-            .copied()
-            .filter(|&i| states[i].prefilled >= states[i].to_prefill)
-            .collect();
-
-        // Choose the step's work.
-        let mut prefill_work: Vec<(usize, u32)> = Vec::new();
-        let mut decode_work: Vec<usize> = Vec::new();
+            .partition(|&&i| states[i].prefilled < states[i].to_prefill);
+        let mut work = Work {
+            prefill: Vec::new(),
+            decode: Vec::new(),
+        };
         if cfg.chunked_prefill {
-            decode_work = decoding.clone();
-            let mut budget = cfg.token_budget.saturating_sub(decode_work.len() as u32);
+            work.decode = decoding;
+            let mut budget = cfg.token_budget.saturating_sub(work.decode.len() as u32);
             for &i in &prefilling {
                 if budget == 0 {
                     break;
                 }
                 let n = (states[i].to_prefill - states[i].prefilled).min(budget);
-                prefill_work.push((i, n));
+                work.prefill.push((i, n));
                 budget -= n;
             }
         } else if !prefilling.is_empty() && (cfg.prefill_first || decoding.is_empty()) {
@@ -278,70 +339,93 @@ fn simulate(
                 if used > 0 && used + n > cfg.token_budget {
                     continue;
                 }
-                prefill_work.push((i, n));
+                work.prefill.push((i, n));
                 used += n;
             }
         } else {
-            decode_work = decoding.clone();
+            work.decode = decoding;
         }
+        work
+    }
 
-        // Decodes that need a new block may force preemption of the newest running request.
+    /// Decodes that need a new KV block take a free one, or preempt the newest running request
+    /// (recompute: it goes back to the head of the queue).
+    fn grow_or_preempt(&mut self, work: &mut Work) {
         let mut k = 0;
-        while k < decode_work.len() {
-            let i = decode_work[k];
-            let need = blocks_for(states[i].context() + 1, cfg.block_size);
-            if need <= states[i].blocks {
+        while k < work.decode.len() {
+            let i = work.decode[k];
+            let need = blocks_for(self.states[i].context() + 1, self.cfg.block_size);
+            if need <= self.states[i].blocks {
                 k += 1;
                 continue;
             }
-            if free_blocks > 0 {
-                free_blocks -= 1;
-                states[i].blocks += 1;
+            if self.free_blocks > 0 {
+                self.free_blocks -= 1;
+                self.states[i].blocks += 1;
                 k += 1;
                 continue;
             }
-            let victim = *running
+            let states = &self.states;
+            let victim = *self
+                .running
                 .iter()
                 .max_by_key(|&&j| (states[j].req.ready_ns, j))
                 .expect("running is not empty");
-            running.retain(|&j| j != victim);
-            decode_work.retain(|&j| j != victim);
-            prefill_work.retain(|&(j, _)| j != victim);
-            free_blocks += states[victim].blocks;
-            let s = &mut states[victim];
+            self.running.retain(|&j| j != victim);
+            work.decode.retain(|&j| j != victim);
+            work.prefill.retain(|&(j, _)| j != victim);
+            self.free_blocks += self.states[victim].blocks;
+            let s = &mut self.states[victim];
             s.blocks = 0;
             // Recompute: the prompt and everything generated so far must be prefilled again.
             s.to_prefill = s.req.prompt_tokens + s.generated;
             s.prefilled = 0;
             s.preemptions.push(Preemption {
-                at_ns: now,
+                at_ns: self.now,
                 resumed_ns: None,
                 recompute: true,
             });
-            waiting.push_front(victim);
+            self.waiting.push_front(victim);
             // Indices moved; check the remaining decodes again (those already grown pass).
             k = 0;
         }
-        if prefill_work.is_empty() && decode_work.is_empty() {
-            // Everything was preempted or blocked: wait for the next arrival or retry.
-            now += 1_000_000;
-            continue;
-        }
+    }
 
+    /// Runs `work` as one step: its time from the cost model (with jitter), the tokens it makes,
+    /// the requests it finishes; reports the step, then those requests.
+    fn step(
+        &mut self,
+        admitted: &[usize],
+        work: &Work,
+        rng: &mut Rng,
+        emit: &mut dyn FnMut(Step) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        let (cfg, now, iteration_id) = (self.cfg, self.now, self.iteration_id);
         let load = StepLoad {
-            prefill: prefill_work
+            prefill: work
+                .prefill
                 .iter()
-                .map(|&(i, n)| (n, states[i].prefilled))
+                .map(|&(i, n)| (n, self.states[i].prefilled))
                 .collect(),
-            decode_contexts: decode_work.iter().map(|&i| states[i].context()).collect(),
+            decode_contexts: work
+                .decode
+                .iter()
+                .map(|&i| self.states[i].context())
+                .collect(),
         };
         let base = cfg.profile.step_ns(&load) as f64;
         let noise = (rng.below(2001) as f64 / 1000.0 - 1.0) * cfg.profile.jitter * 1.7;
         let end = now + (base * (1.0 + noise)).max(1.0) as Nanos;
+        let token = || Token {
+            emitted_ns: Some(end),
+            scheduled_ns: Some(now),
+            iteration: Some(iteration_id),
+            ..Token::default()
+        };
 
         let mut batch = Vec::new();
-        for &(i, n) in &prefill_work {
-            let s = &mut states[i];
+        for &(i, n) in &work.prefill {
+            let s = &mut self.states[i];
             s.first_scheduled.get_or_insert(now);
             batch.push(BatchEntry {
                 request_id: s.batch_id.clone(),
@@ -361,16 +445,11 @@ fn simulate(
             // The step that completes a fresh prompt samples the first token.
             if s.prefilled >= s.to_prefill && s.generated == 0 {
                 s.generated = 1;
-                s.tokens.push(Token {
-                    emitted_ns: Some(end),
-                    scheduled_ns: Some(now),
-                    iteration: Some(iteration_id),
-                    ..Token::default()
-                });
+                s.tokens.push(token());
             }
         }
-        for &i in &decode_work {
-            let s = &mut states[i];
+        for &i in &work.decode {
+            let s = &mut self.states[i];
             s.first_scheduled.get_or_insert(now);
             batch.push(BatchEntry {
                 request_id: s.batch_id.clone(),
@@ -379,25 +458,20 @@ fn simulate(
                 prefill_offset: 0,
             });
             s.generated += 1;
-            s.tokens.push(Token {
-                emitted_ns: Some(end),
-                scheduled_ns: Some(now),
-                iteration: Some(iteration_id),
-                ..Token::default()
-            });
+            s.tokens.push(token());
         }
         let mut done = Vec::new();
-        for &i in admitted_now
+        for &i in admitted
             .iter()
-            .chain(prefill_work.iter().map(|(i, _)| i))
-            .chain(&decode_work)
+            .chain(work.prefill.iter().map(|(i, _)| i))
+            .chain(&work.decode)
         {
-            let s = &mut states[i];
+            let s = &mut self.states[i];
             if s.finished.is_none() && s.generated >= s.req.output_tokens {
                 s.finished = Some(end);
-                free_blocks += s.blocks;
+                self.free_blocks += s.blocks;
                 s.blocks = 0;
-                running.retain(|&j| j != i);
+                self.running.retain(|&j| j != i);
                 done.push(i);
             }
         }
@@ -407,31 +481,24 @@ fn simulate(
             start_ns: now,
             end_ns: end,
             batch,
-            running: (running.len() as u32).max(batch_size),
-            waiting: waiting.len() as u32,
-            kv_cache_usage: 1.0 - free_blocks as f32 / cfg.kv_blocks.max(1) as f32,
+            running: (self.running.len() as u32).max(batch_size),
+            waiting: self.waiting.len() as u32,
+            kv_cache_usage: 1.0 - self.free_blocks as f32 / cfg.kv_blocks.max(1) as f32,
         }))?;
         // Reported after the step that finished them, as an engine's tracer would.
         for i in done {
-            emit(Step::Finished(i, take_trace(&mut states[i], now)))?;
+            emit(Step::Finished(i, take_trace(&mut self.states[i], now)))?;
         }
-        iteration_id += 1;
-        now = end;
+        self.iteration_id += 1;
+        self.now = end;
+        ControlFlow::Continue(())
     }
-    // Every request has finished or been aborted by now; this only guards against a request the
-    // loop above never reached.
-    for (i, s) in states.iter_mut().enumerate() {
-        if !s.req.id.is_empty() {
-            emit(Step::Finished(i, take_trace(s, now)))?;
-        }
-    }
-    ControlFlow::Continue(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::cost::profile;
+    use crate::cost::profile;
 
     fn req(id: &str, prompt: u32, output: u32) -> SimRequest {
         SimRequest {

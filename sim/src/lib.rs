@@ -1,23 +1,32 @@
-//! `tokenscope sim`: a simulated LLM serving engine that emits the traces a real one would.
+//! A simulated LLM serving engine that emits the traces a real one would: the demo data, a load
+//! generator (`tokenscope sim`), and scenarios whose ground truth the diagnosis tests check.
 //!
 //! `cost` models step times, `engine` runs continuous batching over requests, `content` gives
 //! tokens real vocabulary ids and texts, and `scenarios` reproduces named incidents with ground
-//! truth. Everything here is deterministic for a seed and does no IO.
+//! truth; all deterministic for a seed, with no IO. `deliver` sends (gRPC) or writes (JSONL) what
+//! they produce; `run` is the command.
 
-pub mod cli;
+mod args;
 pub mod content;
 pub mod cost;
 pub mod deliver;
 pub mod encoded;
 pub mod engine;
+mod error;
 pub mod load;
+mod rng;
+mod run;
 pub mod scenarios;
+
+pub use args::SimArgs;
+pub use error::{Error, Result};
+pub use rng::Rng;
+pub use run::run;
 
 use std::ops::ControlFlow;
 
 use tokenscope_core::model::{Nanos, Role};
 
-use crate::fixtures::Rng;
 use engine::{EngineConfig, Event, Output, SimRequest};
 use scenarios::{InstanceRun, Truth};
 

@@ -1,0 +1,146 @@
+//! Latency over time (`GET /api/v1/latency`) and one side of a comparison: percentiles and
+//! histograms from the store's per-request columns, and the causes the diagnosis finds among
+//! the side's first requests.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tokenscope_core::analysis::compare::{BINS_PER_OCTAVE, bin};
+use tokenscope_core::analysis::diagnosis::{Cause, Thresholds};
+use tokenscope_core::analysis::waterfall::bucket_ns;
+use tokenscope_core::api::{CauseCount, CompareSide, LatencyBucket, LatencySeries, Percentiles};
+use tokenscope_core::model::Nanos;
+
+use crate::error::{Error, Result};
+use crate::store::{Quantiles, RequestFilter, Store};
+
+/// Without a window: the hour before the newest request that matches.
+const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
+
+/// Requests whose causes are counted per side: a diagnosis decodes every token block, so a
+/// side's count covers its first few thousand requests (`diagnosed` says how many).
+const DIAGNOSED: i64 = 2000;
+
+/// The worst requests named per cause.
+const EXAMPLES: usize = 3;
+
+fn percentiles(q: Quantiles) -> Option<Percentiles> {
+    Percentiles::from_ns(q.p50, q.p90, q.p99)
+}
+
+/// `f`'s instances, engine, model and window, a bucket per pixel at most; its order, paging,
+/// find and SLO filter do not apply.
+pub async fn series(
+    store: &Store,
+    f: &RequestFilter,
+    width_px: u32,
+    (ttft_slo_ms, tpot_slo_ms): (f64, f64),
+) -> Result<LatencySeries> {
+    let to = match f.to_ns {
+        Some(to) => to,
+        None => store
+            .newest_arrival(f)
+            .await?
+            .map_or_else(crate::clock::now_ns, |t| t + 1),
+    };
+    let from = f.from_ns.unwrap_or(to - DEFAULT_WINDOW_NS);
+    if from >= to {
+        return Err(Error::InvalidArgument(format!(
+            "from={from} must be before to={to}"
+        )));
+    }
+    let bucket = bucket_ns(from, to, width_px);
+    let slo_ns = |slo_ms: f64| (slo_ms * 1e6) as Nanos;
+    let rows = store
+        .latency_buckets(
+            f,
+            (from, to),
+            bucket,
+            (slo_ns(ttft_slo_ms), slo_ns(tpot_slo_ms)),
+        )
+        .await?;
+    Ok(LatencySeries {
+        from_ns: from,
+        to_ns: to,
+        bucket_ns: bucket,
+        ttft_slo_ms,
+        tpot_slo_ms,
+        buckets: rows
+            .into_iter()
+            .map(|r| LatencyBucket {
+                start_ns: r.start_ns,
+                requests: r.requests,
+                ttft_ms: percentiles(r.ttft),
+                tpot_ms: percentiles(r.tpot),
+                ttft_over_slo: r.ttft_over,
+                tpot_over_slo: r.tpot_over,
+            })
+            .collect(),
+    })
+}
+
+/// One side of `GET /api/v1/compare`; `f`'s window must be set (the API resolves defaults
+/// before calling).
+pub async fn compare_side(
+    store: &Store,
+    f: &RequestFilter,
+    width_px: u32,
+    th: &Thresholds,
+) -> Result<CompareSide> {
+    let s = store.set_stats(f).await?;
+    let (mut ttft_histogram, mut tpot_histogram) = (Vec::new(), Vec::new());
+    for r in store.histogram(f, BINS_PER_OCTAVE).await? {
+        let b = bin(r.bin, r.requests);
+        if r.metric == "ttft" {
+            ttft_histogram.push(b);
+        } else {
+            tpot_histogram.push(b);
+        }
+    }
+    Ok(CompareSide {
+        instances: f.instances.clone(),
+        engine: f.engine.clone(),
+        engine_version: f.engine_version.clone(),
+        model: f.model.clone(),
+        from_ns: f.from_ns.unwrap_or(Nanos::MIN),
+        to_ns: f.to_ns.unwrap_or(Nanos::MAX),
+        requests: s.requests,
+        ttft_ms: percentiles(s.ttft),
+        tpot_ms: percentiles(s.tpot),
+        queue_ms: percentiles(s.queue),
+        e2e_ms: percentiles(s.e2e),
+        series: series(store, f, width_px, (th.ttft_ms, th.tpot_ms)).await?,
+        ttft_histogram,
+        tpot_histogram,
+        causes: cause_counts(store, f, th).await?,
+        diagnosed: s.requests.min(DIAGNOSED as u64),
+    })
+}
+
+/// Degraded requests per cause among the side's first `DIAGNOSED` requests.
+async fn cause_counts(
+    store: &Store,
+    f: &RequestFilter,
+    th: &Thresholds,
+) -> Result<Vec<CauseCount>> {
+    // Worst first, so the first examples of each cause are its worst.
+    let diagnoses = super::diagnosis::window(store, f, th, DIAGNOSED).await?;
+    let mut by: BTreeMap<Cause, CauseCount> = BTreeMap::new();
+    for d in diagnoses {
+        // Two findings of one cause on one request count once.
+        let causes: BTreeSet<Cause> = d.findings.iter().map(|x| x.cause).collect();
+        for cause in causes {
+            let c = by.entry(cause).or_insert_with(|| CauseCount {
+                cause,
+                requests: 0,
+                examples: Vec::new(),
+            });
+            c.requests += 1;
+            if c.examples.len() < EXAMPLES {
+                c.examples.push(d.request_id.clone());
+            }
+        }
+    }
+    let mut causes: Vec<CauseCount> = by.into_values().collect();
+    causes.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.cause.cmp(&b.cause)));
+    Ok(causes)
+}

@@ -1,0 +1,72 @@
+//! Reads what a diagnosis looks at around a request: its instance's iterations with their
+//! batches, and the other requests whose lifetime overlaps it.
+
+use tokenscope_core::model::{Iteration, Nanos, OtherRequest};
+
+use super::{REQUEST_LOOKBACK_NS, Store, batch_block, read::count, write::Detail};
+use crate::error::Result;
+
+impl Store {
+    /// An instance's iterations that start within [from, to], with their batches, by start time.
+    pub async fn iterations_between(
+        &self,
+        instance_id: i32,
+        from: Nanos,
+        to: Nanos,
+    ) -> Result<Vec<Iteration>> {
+        let rows = self
+            .steps_in(&[instance_id], from..to.saturating_add(1))
+            .await?;
+        let batches = rows
+            .iter()
+            .map(|r| batch_block::decode(&r.batch))
+            .collect::<Result<Vec<_>>>()?;
+        let batches = self.resolve_batches(batches).await?;
+        Ok(rows
+            .into_iter()
+            .zip(batches)
+            .map(|(r, batch)| Iteration {
+                iteration_id: r.step.iteration_id as u64,
+                start_ns: r.step.start_ns,
+                end_ns: r.step.end_ns,
+                batch,
+                running: count(r.step.running),
+                waiting: count(r.step.waiting),
+                kv_cache_usage: r.step.kv_cache_usage,
+            })
+            .collect())
+    }
+
+    /// Requests on the instance whose lifetime overlaps [from, to], with their prefill intervals.
+    pub async fn overlapping_requests(
+        &self,
+        instance_id: i32,
+        from: Nanos,
+        to: Nanos,
+    ) -> Result<Vec<OtherRequest>> {
+        let rows = sqlx::query!(
+            "SELECT request_id, prompt_tokens, detail FROM requests
+             WHERE instance_id = $1 AND arrival_ns >= $2 AND arrival_ns <= $3 AND finished_ns >= $4",
+            instance_id,
+            from - REQUEST_LOOKBACK_NS,
+            to,
+            from
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let detail = Detail::parse(r.detail)?;
+                Ok(OtherRequest {
+                    request_id: r.request_id,
+                    prompt_tokens: count(r.prompt_tokens),
+                    prefill: detail
+                        .prefill_chunks
+                        .iter()
+                        .map(|c| (c.start_ns, c.end_ns, c.tokens))
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,621 @@
+//! Named scenarios that reproduce known incidents, each with a healthy control, and the ground
+//! truth of who suffered and who caused it.
+
+use serde::Serialize;
+
+use tokenscope_core::model::{
+    EngineKind, FinishReason, KvTransfer, Nanos, RequestTrace, Resource, Role,
+};
+
+use crate::Rng;
+use crate::content::{self, Ending};
+use crate::cost::profile;
+use crate::engine::{self, EngineConfig, Output, SimRequest};
+
+const MS: Nanos = 1_000_000;
+
+pub const NAMES: [&str; 6] = [
+    "prefill-interrupts-decode",
+    "prefill-freezes-decode",
+    "long-prompt-monopolizes",
+    "low-probability-eos",
+    "kv-preemption",
+    "pd-kv-transfer-stall",
+];
+
+/// Scenarios that are not incidents, built by name only (not part of `all` or the demo):
+/// `long-answer` is an 8,000-token answer among chat traffic, for the request page's benchmark.
+pub const EXTRA: [&str; 1] = ["long-answer"];
+
+/// What the simulator knows happened: printed with `--truth FILE`, checked by the diagnosis tests.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Truth {
+    pub scenario: String,
+    /// The diagnosis cause this scenario produces (see the diagnosis API).
+    pub cause: String,
+    pub instance: String,
+    pub victims: Vec<String>,
+    pub culprits: Vec<String>,
+    /// Requests of the healthy control: same shape, no incident.
+    pub controls: Vec<String>,
+    pub control_instance: String,
+}
+
+/// One instance's simulated traffic.
+pub struct InstanceRun {
+    pub resource: Resource,
+    pub output: Output,
+}
+
+pub struct Scenario {
+    pub runs: Vec<InstanceRun>,
+    pub truth: Truth,
+}
+
+fn req(id: &str, arrival: Nanos, prompt: u32, output: u32) -> SimRequest {
+    SimRequest {
+        id: id.into(),
+        arrival_ns: arrival,
+        ready_ns: arrival,
+        prompt_tokens: prompt,
+        output_tokens: output,
+        cached_tokens: 0,
+        kv_received: false,
+    }
+}
+
+pub fn resource(instance: &str, role: Role) -> Resource {
+    Resource {
+        engine: EngineKind::Other,
+        engine_version: "tokenscope-sim".into(),
+        model: "sim/llama-8b (cl100k vocabulary)".into(),
+        instance_id: instance.into(),
+        role,
+        host: "sim".into(),
+    }
+}
+
+/// Runs an engine and gives every request its token content.
+fn simulate(
+    instance: &str,
+    role: Role,
+    cfg: &EngineConfig,
+    reqs: Vec<SimRequest>,
+    rng: &mut Rng,
+    endings: &dyn Fn(&str) -> Ending,
+) -> InstanceRun {
+    let first_iteration = 1 + rng.below(1000) * 1000;
+    let mut output = engine::run(cfg, reqs, rng, first_iteration);
+    for r in &mut output.requests {
+        give_words(r, endings(&r.request_id), rng);
+    }
+    InstanceRun {
+        resource: resource(instance, role),
+        output,
+    }
+}
+
+/// Fills a finished request's tokens with words and sets how it ended (aborted ones have none).
+pub fn give_words(r: &mut RequestTrace, ending: Ending, rng: &mut Rng) {
+    if r.finish_reason == FinishReason::Abort {
+        return;
+    }
+    content::fill(&mut r.tokens, ending, rng);
+    r.finish_reason = match ending {
+        Ending::Length => FinishReason::Length,
+        _ => FinishReason::Stop,
+    };
+}
+
+/// How synthetic or replayed traffic ends: on a confident EOS, or at max_tokens one time in five.
+pub fn traffic_ending(id: &str) -> Ending {
+    if id.bytes().map(u32::from).sum::<u32>() % 5 == 0 {
+        Ending::Length
+    } else {
+        Ending::ConfidentEos
+    }
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|k| format!("{prefix}-{k:02}")).collect()
+}
+
+/// Builds a scenario's traffic from its start time, and says what happened.
+type Builder = fn(&mut Rng, Nanos) -> Scenario;
+
+/// The scenarios, by name.
+const BUILDERS: [(&str, Builder); 7] = [
+    ("prefill-interrupts-decode", prefill_interrupts_decode),
+    ("prefill-freezes-decode", prefill_freezes_decode),
+    ("long-prompt-monopolizes", long_prompt_monopolizes),
+    ("low-probability-eos", low_probability_eos),
+    ("kv-preemption", kv_preemption),
+    ("pd-kv-transfer-stall", pd_kv_transfer_stall),
+    ("long-answer", long_answer),
+];
+
+/// The scenario `name` (one of `NAMES` or `EXTRA`) starting at `t0`.
+pub fn build(name: &str, t0: Nanos, seed: u64) -> Option<Scenario> {
+    let (_, builder) = BUILDERS.iter().find(|(n, _)| *n == name)?;
+    let mut rng = Rng::new(seed);
+    let mut s = builder(&mut rng, t0);
+    s.truth.scenario = name.into();
+    Some(s)
+}
+
+fn engine(configure: impl FnOnce(&mut EngineConfig)) -> EngineConfig {
+    let mut cfg = EngineConfig::new(profile("llama-8b-h100").expect("profile exists"));
+    configure(&mut cfg);
+    cfg
+}
+
+fn confident(_: &str) -> Ending {
+    Ending::ConfidentEos
+}
+
+/// An incident on `instance` and its healthy control on `control_instance`, both colocated and
+/// ending confidently; the truth's victims, culprits and controls are the caller's.
+#[allow(clippy::too_many_arguments)]
+fn with_control(
+    rng: &mut Rng,
+    (instance, cfg, reqs): (&str, &EngineConfig, Vec<SimRequest>),
+    (control_instance, ctl, creqs): (&str, &EngineConfig, Vec<SimRequest>),
+    cause: &str,
+    victims: Vec<String>,
+    culprits: Vec<String>,
+    controls: Vec<String>,
+) -> Scenario {
+    let run = simulate(instance, Role::Colocated, cfg, reqs, rng, &confident);
+    let control = simulate(
+        control_instance,
+        Role::Colocated,
+        ctl,
+        creqs,
+        rng,
+        &confident,
+    );
+    Scenario {
+        runs: vec![run, control],
+        truth: Truth {
+            scenario: String::new(),
+            cause: cause.into(),
+            instance: instance.into(),
+            victims,
+            culprits,
+            controls,
+            control_instance: control_instance.into(),
+        },
+    }
+}
+
+/// Colocated, no chunking, prefill priority: each new 14k-token prompt takes whole steps while
+/// the decode-heavy request waits for its next token. The control runs the same traffic with
+/// chunked prefill (512-token steps), which keeps decode flowing.
+fn prefill_interrupts_decode(rng: &mut Rng, t0: Nanos) -> Scenario {
+    let cfg = engine(|c| {
+        c.chunked_prefill = false;
+        c.token_budget = 16_384;
+    });
+    let ctl = engine(|c| c.token_budget = 512);
+    let culprits = ids("pid-prefill", 12);
+    let traffic = |victim: &str, prompt: &dyn Fn(usize) -> String| {
+        let mut reqs = vec![req(victim, t0, 200, 100)];
+        reqs.extend(
+            (0..12).map(|k| req(&prompt(k), t0 + 300 * MS + k as Nanos * 300 * MS, 14_000, 4)),
+        );
+        reqs
+    };
+    let reqs = traffic("pid-victim", &|k| culprits[k].clone());
+    let creqs = traffic("pid-control", &|k| format!("pid-control-prefill-{k:02}"));
+    with_control(
+        rng,
+        ("sim-pid", &cfg, reqs),
+        ("sim-pid-control", &ctl, creqs),
+        "prefill_interrupted_decode",
+        vec!["pid-victim".into()],
+        culprits,
+        vec!["pid-control".into()],
+    )
+}
+
+/// One 32k-token prompt, not chunked, takes a 1.5 s step in the middle of a 200-token answer:
+/// the stream stops once, while the mean gap (TPOT) stays under the SLO. Chunked in 512-token
+/// steps (the control), the same prompt never stops the stream.
+fn prefill_freezes_decode(rng: &mut Rng, t0: Nanos) -> Scenario {
+    let cfg = engine(|c| {
+        c.chunked_prefill = false;
+        c.token_budget = 40_000;
+    });
+    let ctl = engine(|c| c.token_budget = 512);
+    let traffic = |victim: &str, prompt: &str| {
+        vec![
+            req(victim, t0, 300, 200),
+            req(prompt, t0 + 600 * MS, 32_000, 4),
+        ]
+    };
+    with_control(
+        rng,
+        ("sim-frz", &cfg, traffic("frz-victim", "frz-prompt")),
+        (
+            "sim-frz-control",
+            &ctl,
+            traffic("frz-control", "frz-control-prompt"),
+        ),
+        "prefill_interrupted_decode",
+        vec!["frz-victim".into()],
+        vec!["frz-prompt".into()],
+        vec!["frz-control".into()],
+    )
+}
+
+/// Chunked prefill with 20k-token steps: a 96k prompt holds five steps in a row while a short
+/// request that arrived just after waits. The control is the short request alone.
+fn long_prompt_monopolizes(rng: &mut Rng, t0: Nanos) -> Scenario {
+    let cfg = engine(|c| c.token_budget = 20_000);
+    let reqs = vec![
+        req("lpm-long", t0, 96_000, 12),
+        req("lpm-short", t0 + 50 * MS, 700, 40),
+    ];
+    let creqs = vec![req("lpm-control", t0 + 50 * MS, 700, 40)];
+    with_control(
+        rng,
+        ("sim-lpm", &cfg, reqs),
+        ("sim-lpm-control", &cfg, creqs),
+        "prefill_monopolized",
+        vec!["lpm-short".into()],
+        vec!["lpm-long".into()],
+        vec!["lpm-control".into()],
+    )
+}
+
+/// Not an incident: one 8,000-token answer while a 2-8k-token prompt arrives every half second
+/// around it (the request page's benchmark).
+fn long_answer(rng: &mut Rng, t0: Nanos) -> Scenario {
+    let mut reqs = vec![req("long-answer", t0, 1_000, 8_000)];
+    reqs.extend((0..240).map(|k| {
+        let prompt = 2_000 + rng.below(6_000) as u32;
+        req(
+            &format!("la-chat-{k:03}"),
+            t0 + 200 * MS + k * 500 * MS,
+            prompt,
+            150,
+        )
+    }));
+    let run = simulate(
+        "sim-long",
+        Role::Colocated,
+        &engine(|_| {}),
+        reqs,
+        rng,
+        &confident,
+    );
+    Scenario {
+        runs: vec![run],
+        truth: Truth {
+            scenario: String::new(),
+            cause: "none".into(),
+            instance: "sim-long".into(),
+            victims: vec![],
+            culprits: vec![],
+            controls: vec![],
+            control_instance: "sim-long".into(),
+        },
+    }
+}
+
+/// Two identical requests; one ends on an EOS the model gave a probability of 0.1.
+fn low_probability_eos(rng: &mut Rng, t0: Nanos) -> Scenario {
+    let reqs = vec![
+        req("eos-victim", t0, 300, 14),
+        req("eos-control", t0 + 10 * MS, 300, 14),
+    ];
+    let endings = |id: &str| {
+        if id == "eos-victim" {
+            Ending::UnlikelyEos { p: 0.1 }
+        } else {
+            Ending::ConfidentEos
+        }
+    };
+    let run = simulate(
+        "sim-eos",
+        Role::Colocated,
+        &engine(|_| {}),
+        reqs,
+        rng,
+        &endings,
+    );
+    Scenario {
+        runs: vec![run],
+        truth: Truth {
+            scenario: String::new(),
+            cause: "low_probability_eos".into(),
+            instance: "sim-eos".into(),
+            victims: vec!["eos-victim".into()],
+            culprits: vec![],
+            controls: vec!["eos-control".into()],
+            control_instance: "sim-eos".into(),
+        },
+    }
+}
+
+/// 9,600 tokens of KV cache for eight requests that grow to 1,400 tokens each: the engine
+/// preempts some (the victims are whichever it chose). The control has room for all.
+fn kv_preemption(rng: &mut Rng, t0: Nanos) -> Scenario {
+    let cfg = engine(|c| c.kv_blocks = 600);
+    let ctl = engine(|c| c.kv_blocks = 40_000);
+    let eight = |prefix: &str| -> Vec<SimRequest> {
+        ids(prefix, 8)
+            .iter()
+            .enumerate()
+            .map(|(k, id)| req(id, t0 + k as Nanos * MS, 1000, 400))
+            .collect()
+    };
+    let mut s = with_control(
+        rng,
+        ("sim-kv", &cfg, eight("kv")),
+        ("sim-kv-control", &ctl, eight("kv-control")),
+        "kv_preempted",
+        vec![],
+        vec![],
+        ids("kv-control", 8),
+    );
+    s.truth.victims = s.runs[0]
+        .output
+        .requests
+        .iter()
+        .filter(|r| !r.preemptions.is_empty())
+        .map(|r| r.request_id.clone())
+        .collect();
+    s
+}
+
+/// PD-disaggregated: the prefill instance computes the prompt, the KV cache moves to the decode
+/// instance, which produces the tokens. One transfer takes 2.5 s, the other 30 ms.
+fn pd_kv_transfer_stall(rng: &mut Rng, t0: Nanos) -> Scenario {
+    let cfg = engine(|_| {});
+    let offered = vec![
+        req("pd-slow", t0, 4000, 50),
+        req("pd-fast", t0 + 20 * MS, 4000, 50),
+    ];
+    let prefill_side: Vec<SimRequest> = offered
+        .iter()
+        .map(|r| SimRequest {
+            output_tokens: 1,
+            ..r.clone()
+        })
+        .collect();
+    let prefill_run = simulate(
+        "sim-pd-prefill",
+        Role::Prefill,
+        &cfg,
+        prefill_side,
+        rng,
+        &confident,
+    );
+    let mut decode_side = Vec::new();
+    let mut transfers = Vec::new();
+    for r in &offered {
+        let done = prefill_run
+            .output
+            .requests
+            .iter()
+            .find(|p| p.request_id == r.id)
+            .map_or(r.arrival_ns, |p| p.finished_ns);
+        let transfer = if r.id == "pd-slow" {
+            2500 * MS
+        } else {
+            30 * MS
+        };
+        transfers.push((
+            r.id.clone(),
+            KvTransfer {
+                start_ns: done,
+                end_ns: done + transfer,
+                bytes: Some(u64::from(r.prompt_tokens) * 131_072),
+            },
+        ));
+        decode_side.push(SimRequest {
+            ready_ns: done + transfer,
+            kv_received: true,
+            ..r.clone()
+        });
+    }
+    let mut decode_run = simulate(
+        "sim-pd-decode",
+        Role::Decode,
+        &cfg,
+        decode_side,
+        rng,
+        &confident,
+    );
+    for r in &mut decode_run.output.requests {
+        r.kv_transfer = transfers
+            .iter()
+            .find(|(id, _)| *id == r.request_id)
+            .map(|(_, t)| t.clone());
+    }
+    Scenario {
+        runs: vec![prefill_run, decode_run],
+        truth: Truth {
+            scenario: String::new(),
+            cause: "kv_transfer_slow".into(),
+            instance: "sim-pd-decode".into(),
+            victims: vec!["pd-slow".into()],
+            culprits: vec![],
+            controls: vec!["pd-fast".into()],
+            control_instance: "sim-pd-decode".into(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokenscope_core::analysis::metrics::request_metrics;
+    use tokenscope_core::model::RequestTrace;
+
+    const T0: Nanos = 1_796_022_000_000_000_000;
+
+    fn find<'a>(s: &'a Scenario, instance: &str, id: &str) -> &'a RequestTrace {
+        s.runs
+            .iter()
+            .filter(|r| r.resource.instance_id == instance)
+            .flat_map(|r| &r.output.requests)
+            .find(|r| r.request_id == id)
+            .unwrap_or_else(|| panic!("{id} on {instance}"))
+    }
+
+    fn ms(ns: Option<Nanos>) -> f64 {
+        ns.unwrap() as f64 / 1e6
+    }
+
+    #[test]
+    fn every_listed_scenario_has_a_builder_and_every_builder_is_listed() {
+        let mut listed: Vec<&str> = NAMES.iter().chain(&EXTRA).copied().collect();
+        let mut built: Vec<&str> = BUILDERS.iter().map(|(n, _)| *n).collect();
+        listed.sort_unstable();
+        built.sort_unstable();
+        assert_eq!(listed, built);
+        for name in listed {
+            assert_eq!(build(name, T0, 1).unwrap().truth.scenario, name);
+        }
+    }
+
+    #[test]
+    fn prefill_interrupts_decode_breaks_tpot_only_without_chunking() {
+        let s = build("prefill-interrupts-decode", T0, 1).unwrap();
+        let victim = request_metrics(find(&s, "sim-pid", "pid-victim"));
+        let control = request_metrics(find(&s, "sim-pid-control", "pid-control"));
+        assert!(
+            ms(victim.tpot_ns) > 50.0,
+            "victim TPOT {}",
+            ms(victim.tpot_ns)
+        );
+        assert!(
+            ms(control.tpot_ns) < 50.0,
+            "control TPOT {}",
+            ms(control.tpot_ns)
+        );
+    }
+
+    #[test]
+    fn long_prompt_holds_five_steps_and_delays_the_short_one() {
+        let s = build("long-prompt-monopolizes", T0, 1).unwrap();
+        let long = find(&s, "sim-lpm", "lpm-long");
+        let iterations: Vec<u64> = long
+            .prefill_chunks
+            .iter()
+            .filter_map(|c| c.iteration)
+            .collect();
+        assert_eq!(iterations.len(), 5);
+        assert!(
+            iterations.windows(2).all(|w| w[1] == w[0] + 1),
+            "consecutive: {iterations:?}"
+        );
+        let short = request_metrics(find(&s, "sim-lpm", "lpm-short"));
+        let queue_wait = find(&s, "sim-lpm", "lpm-short").first_token_at().unwrap()
+            - find(&s, "sim-lpm", "lpm-short").arrival_ns;
+        assert!(queue_wait > 2_000_000_000, "first-token wait {queue_wait}");
+        assert!(ms(short.ttft_ns) > 2000.0);
+        let control = request_metrics(find(&s, "sim-lpm-control", "lpm-control"));
+        assert!(
+            ms(control.ttft_ns) < 500.0,
+            "control TTFT {}",
+            ms(control.ttft_ns)
+        );
+    }
+
+    /// The longest gap between a request's tokens, in ms.
+    fn longest_gap(r: &RequestTrace) -> f64 {
+        let t: Vec<Nanos> = r.tokens.iter().filter_map(|t| t.emitted_ns).collect();
+        t.windows(2)
+            .map(|w| ms(Some(w[1] - w[0])))
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn an_unchunked_prompt_freezes_the_stream_once_under_a_fine_tpot() {
+        let s = build("prefill-freezes-decode", T0, 1).unwrap();
+        let victim = find(&s, "sim-frz", "frz-victim");
+        let gap = longest_gap(victim);
+        assert!((1200.0..2000.0).contains(&gap), "freeze {gap} ms");
+        let tpot = ms(request_metrics(victim).tpot_ns);
+        assert!(tpot < 50.0, "TPOT {tpot} hides it");
+        let control = find(&s, "sim-frz-control", "frz-control");
+        assert!(longest_gap(control) < 1000.0, "{}", longest_gap(control));
+    }
+
+    #[test]
+    fn low_probability_eos_is_rank_two_at_ten_percent() {
+        let s = build("low-probability-eos", T0, 1).unwrap();
+        let last = find(&s, "sim-eos", "eos-victim")
+            .tokens
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(last.token_id, Some(content::EOS_ID));
+        assert_eq!(last.rank, Some(2));
+        assert!((last.logprob.unwrap().exp() - 0.1).abs() < 0.005);
+        let ctl = find(&s, "sim-eos", "eos-control")
+            .tokens
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(ctl.rank, Some(1));
+    }
+
+    #[test]
+    fn kv_pressure_preempts_and_the_control_does_not() {
+        let s = build("kv-preemption", T0, 1).unwrap();
+        assert!(!s.truth.victims.is_empty());
+        for id in &s.truth.victims {
+            let r = find(&s, "sim-kv", id);
+            assert!(
+                r.preemptions
+                    .iter()
+                    .all(|p| p.recompute && p.resumed_ns.is_some()),
+                "{id}"
+            );
+            assert_eq!(r.tokens.len(), 400, "{id} still completes");
+        }
+        assert!(
+            s.runs[1]
+                .output
+                .requests
+                .iter()
+                .all(|r| r.preemptions.is_empty())
+        );
+    }
+
+    #[test]
+    fn slow_kv_transfer_delays_the_first_token() {
+        let s = build("pd-kv-transfer-stall", T0, 1).unwrap();
+        let slow = find(&s, "sim-pd-decode", "pd-slow");
+        let kv = slow.kv_transfer.clone().unwrap();
+        assert!(kv.end_ns - kv.start_ns >= 2_500_000_000);
+        assert!(ms(request_metrics(slow).ttft_ns) > 2500.0);
+        let fast = request_metrics(find(&s, "sim-pd-decode", "pd-fast"));
+        assert!(ms(fast.ttft_ns) < 1000.0, "fast TTFT {}", ms(fast.ttft_ns));
+    }
+
+    #[test]
+    fn every_scenario_is_valid_model_data_and_deterministic() {
+        for name in NAMES {
+            let a = build(name, T0, 7).unwrap();
+            let b = build(name, T0, 7).unwrap();
+            for (ra, rb) in a.runs.iter().zip(&b.runs) {
+                assert_eq!(
+                    ra.output.requests, rb.output.requests,
+                    "{name} is deterministic"
+                );
+                for r in &ra.output.requests {
+                    tokenscope_core::model::validate::request(r)
+                        .unwrap_or_else(|e| panic!("{name} {}: {e}", r.request_id));
+                }
+                for it in &ra.output.iterations {
+                    tokenscope_core::model::validate::iteration(it).unwrap();
+                }
+            }
+        }
+    }
+}
