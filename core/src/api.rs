@@ -55,6 +55,10 @@ pub struct RequestDetail {
     /// Empty for a request served by one instance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<RequestPart>,
+    /// What the reader should know about how the record was put together (a PD request whose
+    /// instances' clocks disagree, and how its parts were aligned).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl RequestDetail {

@@ -74,13 +74,24 @@ pub fn profile(name: &str) -> Option<&'static Profile> {
 pub struct StepLoad {
     pub prefill: Vec<(u32, u32)>,
     pub decode_contexts: Vec<u32>,
+    /// Draft tokens verified beside the decodes (speculative decoding): computed like new
+    /// tokens, read no more KV cache.
+    pub draft_tokens: u32,
 }
 
 impl Profile {
+    /// The FLOPs of one prefill chunk: `n` new tokens after `offset` already computed (linear
+    /// layers, and causal attention: each new token attends to everything before it).
+    pub fn prefill_flops(&self, n: u32, offset: u32) -> f64 {
+        let (n, o) = (f64::from(n), f64::from(offset));
+        2.0 * self.params * n + 4.0 * self.layers * self.hidden * (n * o + n * n / 2.0)
+    }
+
     /// Step time in nanoseconds, before jitter.
     pub fn step_ns(&self, load: &StepLoad) -> Nanos {
         let new_tokens: f64 = load.prefill.iter().map(|&(n, _)| f64::from(n)).sum::<f64>()
-            + load.decode_contexts.len() as f64;
+            + load.decode_contexts.len() as f64
+            + f64::from(load.draft_tokens);
         let linear = 2.0 * self.params * new_tokens;
         // Causal attention: each new token attends to everything before it (QKᵀ and AV).
         let attention: f64 = load
@@ -113,6 +124,7 @@ mod tests {
         let decode = p.step_ns(&StepLoad {
             prefill: vec![],
             decode_contexts: vec![1000; 16],
+            ..StepLoad::default()
         });
         assert!(
             (6_000_000..10_000_000).contains(&decode),
@@ -121,6 +133,7 @@ mod tests {
         let prefill = p.step_ns(&StepLoad {
             prefill: vec![(8192, 0)],
             decode_contexts: vec![],
+            ..StepLoad::default()
         });
         let tokens_per_s = 8192.0 / (prefill as f64 / 1e9);
         assert!(

@@ -13,6 +13,7 @@ use tokenscope_core::model::{
 
 use crate::Rng;
 use crate::cost::{Profile, StepLoad};
+use crate::ledger::Ledger;
 
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -28,6 +29,14 @@ pub struct EngineConfig {
     pub max_running: usize,
     pub kv_blocks: u32,
     pub block_size: u32,
+    /// Speculative decoding: draft tokens proposed for each decoding request per step (0: off),
+    /// and the chance each is accepted (a step keeps the drafts up to the first rejected one,
+    /// plus the token it samples itself).
+    pub draft_tokens: u32,
+    pub draft_acceptance: f64,
+    /// Keep each request's [`Ledger`] (where its time went), with the gaps between tokens
+    /// longer than this; `None` keeps none (the work is per step and per live request).
+    pub ledger_gaps_over: Option<Nanos>,
 }
 
 impl EngineConfig {
@@ -40,6 +49,9 @@ impl EngineConfig {
             max_running: 256,
             kv_blocks: 40_000,
             block_size: 16,
+            draft_tokens: 0,
+            draft_acceptance: 0.0,
+            ledger_gaps_over: None,
         }
     }
 }
@@ -75,6 +87,7 @@ struct State {
     tokens: Vec<Token>,
     finished: Option<Nanos>,
     aborted: bool,
+    ledger: Ledger,
 }
 
 impl State {
@@ -106,21 +119,36 @@ pub fn run(
     rng: &mut Rng,
     first_iteration: u64,
 ) -> Output {
-    let mut finished: Vec<Option<RequestTrace>> = Vec::new();
+    run_with_ledgers(cfg, requests, rng, first_iteration).0
+}
+
+/// [`run`], with each request's [`Ledger`] in the order of `Output::requests` (empty ones unless
+/// `cfg.ledger_gaps_over` is set).
+pub fn run_with_ledgers(
+    cfg: &EngineConfig,
+    requests: Vec<SimRequest>,
+    rng: &mut Rng,
+    first_iteration: u64,
+) -> (Output, Vec<Ledger>) {
+    let mut finished: Vec<Option<(RequestTrace, Ledger)>> = Vec::new();
     finished.resize_with(requests.len(), || None);
     let mut iterations = Vec::new();
     // Collecting never asks the engine to stop.
     let _ = simulate(cfg, requests, rng, first_iteration, &mut |e| {
         match e {
             Step::Ended(it) => iterations.push(it),
-            Step::Finished(k, r) => finished[k] = Some(*r),
+            Step::Finished(k, r, l) => finished[k] = Some((*r, l)),
         }
         ControlFlow::Continue(())
     });
-    Output {
-        requests: finished.into_iter().flatten().collect(),
-        iterations,
-    }
+    let (requests, ledgers) = finished.into_iter().flatten().unzip();
+    (
+        Output {
+            requests,
+            iterations,
+        },
+        ledgers,
+    )
 }
 
 /// Runs the engine over `requests`, handing out each step and each finished request as soon as
@@ -135,19 +163,21 @@ pub fn stream(
 ) -> ControlFlow<()> {
     simulate(cfg, requests, rng, first_iteration, &mut |e| match e {
         Step::Ended(it) => emit(Event::Step(it)),
-        Step::Finished(_, r) => emit(Event::Finished(r)),
+        Step::Finished(_, r, _) => emit(Event::Finished(r)),
     })
 }
 
 /// An [`Event`] with the finished request's place in arrival order.
 enum Step {
     Ended(Iteration),
-    Finished(usize, Box<RequestTrace>),
+    Finished(usize, Box<RequestTrace>, Ledger),
 }
 
-/// A finished request's trace; its state keeps only what the scheduler still reads.
-fn take_trace(s: &mut State, now: Nanos) -> Box<RequestTrace> {
-    Box::new(RequestTrace {
+/// A finished request's trace and ledger; its state keeps only what the scheduler still reads.
+fn take_trace(s: &mut State, now: Nanos) -> (Box<RequestTrace>, Ledger) {
+    s.ledger.close(!s.tokens.is_empty());
+    let ledger = std::mem::take(&mut s.ledger);
+    let trace = Box::new(RequestTrace {
         request_id: std::mem::take(&mut s.req.id),
         arrival_ns: s.req.arrival_ns,
         queued_ns: Some(s.req.ready_ns),
@@ -166,7 +196,8 @@ fn take_trace(s: &mut State, now: Nanos) -> Box<RequestTrace> {
         preemptions: std::mem::take(&mut s.preemptions),
         tokens: std::mem::take(&mut s.tokens),
         ..RequestTrace::default()
-    })
+    });
+    (trace, ledger)
 }
 
 /// The engine between steps: every request's state, the queue, the running set, the free KV
@@ -224,7 +255,8 @@ fn simulate(
     let now = e.now;
     for (i, s) in e.states.iter_mut().enumerate() {
         if !s.req.id.is_empty() {
-            emit(Step::Finished(i, take_trace(s, now)))?;
+            let (r, l) = take_trace(s, now);
+            emit(Step::Finished(i, r, l))?;
         }
     }
     ControlFlow::Continue(())
@@ -251,6 +283,7 @@ impl<'a> Engine<'a> {
                 tokens: Vec::new(),
                 finished: None,
                 aborted: false,
+                ledger: Ledger::default(),
             })
             .collect();
         Engine {
@@ -290,7 +323,8 @@ impl<'a> Engine<'a> {
                 self.waiting.pop_front();
                 self.states[i].finished = Some(now);
                 self.states[i].aborted = true;
-                emit(Step::Finished(i, take_trace(&mut self.states[i], now)))?;
+                let (r, l) = take_trace(&mut self.states[i], now);
+                emit(Step::Finished(i, r, l))?;
                 continue;
             }
             if self.running.len() >= cfg.max_running || need > self.free_blocks {
@@ -354,7 +388,10 @@ impl<'a> Engine<'a> {
         let mut k = 0;
         while k < work.decode.len() {
             let i = work.decode[k];
-            let need = blocks_for(self.states[i].context() + 1, self.cfg.block_size);
+            let need = blocks_for(
+                self.states[i].context() + 1 + self.cfg.draft_tokens,
+                self.cfg.block_size,
+            );
             if need <= self.states[i].blocks {
                 k += 1;
                 continue;
@@ -412,10 +449,14 @@ impl<'a> Engine<'a> {
                 .iter()
                 .map(|&i| self.states[i].context())
                 .collect(),
+            draft_tokens: cfg.draft_tokens * work.decode.len() as u32,
         };
         let base = cfg.profile.step_ns(&load) as f64;
         let noise = (rng.below(2001) as f64 / 1000.0 - 1.0) * cfg.profile.jitter * 1.7;
         let end = now + (base * (1.0 + noise)).max(1.0) as Nanos;
+        if cfg.ledger_gaps_over.is_some() {
+            self.account(work, &load, end);
+        }
         let token = || Token {
             emitted_ns: Some(end),
             scheduled_ns: Some(now),
@@ -446,19 +487,33 @@ impl<'a> Engine<'a> {
             if s.prefilled >= s.to_prefill && s.generated == 0 {
                 s.generated = 1;
                 s.tokens.push(token());
+                if let Some(keep) = cfg.ledger_gaps_over {
+                    s.ledger.token(None, end, keep);
+                }
             }
         }
         for &i in &work.decode {
+            // With speculation a step keeps the accepted drafts too: several tokens at once.
+            let accepted = (0..cfg.draft_tokens)
+                .take_while(|_| (rng.below(1_000_000) as f64) < cfg.draft_acceptance * 1e6)
+                .count() as u32;
             let s = &mut self.states[i];
+            let n = (1 + accepted).min(s.req.output_tokens.saturating_sub(s.generated).max(1));
             s.first_scheduled.get_or_insert(now);
             batch.push(BatchEntry {
                 request_id: s.batch_id.clone(),
                 phase: Phase::Decode,
-                tokens: 1,
+                tokens: n,
                 prefill_offset: 0,
             });
-            s.generated += 1;
-            s.tokens.push(token());
+            for _ in 0..n {
+                s.generated += 1;
+                let previous = s.tokens.last().and_then(|t| t.emitted_ns);
+                s.tokens.push(token());
+                if let Some(keep) = cfg.ledger_gaps_over {
+                    s.ledger.token(previous, end, keep);
+                }
+            }
         }
         let mut done = Vec::new();
         for &i in admitted
@@ -487,11 +542,68 @@ impl<'a> Engine<'a> {
         }))?;
         // Reported after the step that finished them, as an engine's tracer would.
         for i in done {
-            emit(Step::Finished(i, take_trace(&mut self.states[i], now)))?;
+            let (r, l) = take_trace(&mut self.states[i], now);
+                emit(Step::Finished(i, r, l))?;
         }
         self.iteration_id += 1;
         self.now = end;
         ControlFlow::Continue(())
+    }
+
+    /// Splits the step [now, end) over every request alive in it (queued, running, paused, or
+    /// arrived during it): the part its prefills added to the decodes' cost goes to the
+    /// prefilling requests in proportion to their compute, the rest to the engine.
+    fn account(&mut self, work: &Work, load: &StepLoad, end: Nanos) {
+        let (profile, now) = (self.cfg.profile, self.now);
+        let full = profile.step_ns(load) as f64;
+        let decodes = profile.step_ns(&StepLoad {
+            prefill: Vec::new(),
+            decode_contexts: load.decode_contexts.clone(),
+            draft_tokens: load.draft_tokens,
+        }) as f64;
+        let prefill_fraction = if full > 0.0 {
+            ((full - decodes) / full).clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let weights: Vec<f64> = load
+            .prefill
+            .iter()
+            .map(|&(n, offset)| profile.prefill_flops(n, offset))
+            .collect();
+        let total: f64 = weights.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+        let prefills: Vec<(usize, Arc<str>, f64)> = work
+            .prefill
+            .iter()
+            .zip(&weights)
+            .map(|(&(i, _), &w)| (i, self.states[i].batch_id.clone(), w / total))
+            .collect();
+        let arrived = (self.next_arrival..self.states.len())
+            .take_while(|&i| self.states[i].req.ready_ns < end);
+        let alive: Vec<usize> = self
+            .waiting
+            .iter()
+            .chain(&self.running)
+            .copied()
+            .chain(arrived)
+            .collect();
+        for r in alive {
+            let s = &mut self.states[r];
+            let d = (end - now.max(s.req.ready_ns)) as f64;
+            if d <= 0.0 {
+                continue;
+            }
+            let prefill = d * prefill_fraction;
+            let open = &mut s.ledger.open;
+            open.rest += d - prefill;
+            for (i, id, share) in &prefills {
+                if *i == r {
+                    open.own_prefill += prefill * share;
+                } else {
+                    *open.others.entry(id.clone()).or_default() += prefill * share;
+                }
+            }
+        }
     }
 }
 

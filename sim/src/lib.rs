@@ -13,6 +13,7 @@ pub mod deliver;
 pub mod encoded;
 pub mod engine;
 mod error;
+pub mod ledger;
 pub mod load;
 mod rng;
 mod run;

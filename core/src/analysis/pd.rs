@@ -3,7 +3,7 @@
 //! instance, joined into one request.
 
 use crate::analysis::stages::{Stage, StageKind};
-use crate::model::{RequestTrace, Role};
+use crate::model::{Nanos, RequestTrace, Role};
 
 use super::stages::stages;
 
@@ -21,6 +21,64 @@ pub fn is_pd(roles: &[Role]) -> bool {
 /// The order parts are joined in: prefill parts first, then by arrival and finish.
 pub fn part_order(role: Role, r: &RequestTrace) -> (bool, i64, i64) {
     (role != Role::Prefill, r.arrival_ns, r.finished_ns)
+}
+
+/// When the parts' clocks visibly disagree: how far a later part's clock runs behind the earlier
+/// parts' (the least shift that puts its KV transfer and its first token after the prompt was
+/// prefilled). A part whose clock runs ahead cannot be told from a slow hand-over, so it is not
+/// corrected. Parts in `part_order`.
+pub fn clock_behind(parts: &[&RequestTrace]) -> Vec<Nanos> {
+    let mut done = None::<Nanos>;
+    parts
+        .iter()
+        .map(|p| {
+            // Stamped by this part's instance, they cannot precede the earlier parts' end.
+            let earliest = [
+                p.kv_transfer.as_ref().map(|kv| kv.start_ns),
+                p.first_scheduled_at(),
+                p.first_token_at(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let behind = match (done, earliest) {
+                (Some(d), Some(e)) if e < d => d - e,
+                _ => 0,
+            };
+            let prefilled = p
+                .prefill_chunks
+                .iter()
+                .map(|c| c.end_ns)
+                .max()
+                .or(p.first_token_at())
+                .unwrap_or(p.finished_ns);
+            done = Some(done.map_or(prefilled + behind, |d| d.max(prefilled + behind)));
+            behind
+        })
+        .collect()
+}
+
+/// Puts every part on the first part's clock where [`clock_behind`] proves a later one behind;
+/// returns how far each part moved, and a sentence saying so for the request's page.
+pub fn align(parts: &mut [RequestTrace], instances: &[&str]) -> (Vec<Nanos>, Option<String>) {
+    let refs: Vec<&RequestTrace> = parts.iter().collect();
+    let behind = clock_behind(&refs);
+    let mut notes = Vec::new();
+    for (k, (p, &by)) in parts.iter_mut().zip(&behind).enumerate() {
+        if by > 0 {
+            p.shift(by);
+            notes.push(format!(
+                "{}'s clock runs at least {:.1} ms behind {}'s: it stamped its part before the prompt was prefilled, so its times are shown {:.1} ms later",
+                instances.get(k).copied().unwrap_or("a later part"),
+                by as f64 / 1e6,
+                instances.first().copied().unwrap_or("the first part"),
+                by as f64 / 1e6,
+            ));
+        }
+    }
+    let note =
+        (!notes.is_empty()).then(|| format!("The parts' clocks disagree: {}.", notes.join("; ")));
+    (behind, note)
 }
 
 /// The request the client saw, from its parts in `part_order`: it arrived when the first part
@@ -100,7 +158,7 @@ pub fn joined_stages(parts: &[&RequestTrace], joined: &RequestTrace) -> Vec<Stag
 mod tests {
     use super::*;
     use crate::analysis::metrics::request_metrics;
-    use crate::model::{KvTransfer, Nanos, PrefillChunk, Token};
+    use crate::model::{KvTransfer, PrefillChunk, Token};
 
     const T0: Nanos = 1_700_000_000_000_000_000;
     const MS: Nanos = 1_000_000;
@@ -152,6 +210,30 @@ mod tests {
             ..RequestTrace::default()
         };
         (prefill, decode)
+    }
+
+    #[test]
+    fn a_decode_part_stamped_before_the_prefill_finished_is_moved_onto_the_prefill_clock() {
+        let (p, mut d) = parts();
+        // The decode instance's clock runs 200 ms behind: its transfer would start 150 ms
+        // before the prompt was prefilled, and its first token 170 ms after the client arrived.
+        d.shift(-200 * MS);
+        let mut both = vec![p.clone(), d.clone()];
+        let (moved, note) = align(&mut both, &["gpu-p", "gpu-d"]);
+        assert_eq!(moved, [0, 200 * MS]);
+        let note = note.expect("the clocks disagree");
+        assert!(note.contains("gpu-d's clock runs at least 200.0 ms behind gpu-p's"), "{note}");
+        let joined = join(&[&both[0], &both[1]]);
+        // Moved by the least that makes the order possible: the transfer starts as the prefill ends.
+        assert_eq!(joined.kv_transfer.as_ref().unwrap().start_ns, T0 + 50 * MS);
+        assert_eq!(request_metrics(&joined).ttft_ns, Some(370 * MS));
+        let bars = joined_stages(&[&both[0], &both[1]], &joined);
+        assert!(bars.iter().all(|s| s.end_ns >= s.start_ns), "{bars:?}");
+        // Clocks in order (or a decode clock ahead, which looks like a slow hand-over): untouched.
+        let mut fine = vec![p, d.clone()];
+        fine[1].shift(200 * MS);
+        assert_eq!(align(&mut fine, &["gpu-p", "gpu-d"]), (vec![0, 0], None));
+        assert_eq!(fine[1].arrival_ns, d.arrival_ns + 200 * MS);
     }
 
     #[test]

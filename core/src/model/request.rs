@@ -95,6 +95,37 @@ pub struct RequestTrace {
 }
 
 impl RequestTrace {
+    /// Every time of the request moved by `by` (another instance's clock onto this one's).
+    pub fn shift(&mut self, by: Nanos) {
+        let at = |t: &mut Nanos| *t += by;
+        let opt = |t: &mut Option<Nanos>| {
+            if let Some(t) = t {
+                *t += by;
+            }
+        };
+        at(&mut self.arrival_ns);
+        opt(&mut self.queued_ns);
+        opt(&mut self.first_scheduled_ns);
+        opt(&mut self.first_token_ns);
+        at(&mut self.finished_ns);
+        for c in &mut self.prefill_chunks {
+            at(&mut c.start_ns);
+            at(&mut c.end_ns);
+        }
+        for p in &mut self.preemptions {
+            at(&mut p.at_ns);
+            opt(&mut p.resumed_ns);
+        }
+        if let Some(kv) = &mut self.kv_transfer {
+            at(&mut kv.start_ns);
+            at(&mut kv.end_ns);
+        }
+        for t in &mut self.tokens {
+            opt(&mut t.emitted_ns);
+            opt(&mut t.scheduled_ns);
+        }
+    }
+
     /// First-token time: the explicit stage time, else the first token's emitted time.
     pub fn first_token_at(&self) -> Option<Nanos> {
         self.first_token_ns

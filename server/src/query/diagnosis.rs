@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use tokenscope_core::analysis::diagnosis::{
-    Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, merge,
+    Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, merge_pd,
 };
 use tokenscope_core::analysis::metrics::request_metrics;
 use tokenscope_core::model::RequestTrace;
@@ -75,13 +75,13 @@ pub async fn loaded(store: &Store, l: &Loaded, th: &Thresholds) -> Result<Diagno
     }
     let mut each = Vec::with_capacity(l.parts.len());
     for p in &l.parts {
-        each.push(
-            together(store, p.instance_id, &[&p.trace], th)
-                .await?
-                .remove(0),
-        );
+        // Against its own instance's steps, so on its own clock.
+        let mut own = p.trace.clone();
+        own.shift(-p.clock_shift_ns);
+        each.push(together(store, p.instance_id, &[&own], th).await?.remove(0));
     }
-    Ok(merge(&l.trace.request_id, each))
+    let parts: Vec<&RequestTrace> = l.parts.iter().map(|p| &p.trace).collect();
+    Ok(merge_pd(&l.trace, &parts, each, th))
 }
 
 /// The degraded requests among the first `limit` that match `f` (its instances, engine,

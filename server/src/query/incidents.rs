@@ -51,6 +51,8 @@ struct FrozenRequest {
     parts: Vec<RequestPart>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     stages: Vec<Stage>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -113,6 +115,8 @@ fn thaw(bytes: &[u8]) -> Result<IncidentSnapshot> {
                 role: f.role,
                 model: f.model,
                 parts: Vec::new(),
+                notes: f.notes,
+                clock_shift_ns: 0,
             };
             let mut detail = detail(loaded, &f.steps, &th);
             if !f.parts.is_empty() {
@@ -199,6 +203,7 @@ pub async fn create(store: &Store, new: &NewIncident, now_ns: Nanos) -> Result<S
             engine,
             role,
             model,
+            notes,
             ..
         } = loaded;
         blocks.push(token_block::encode(
@@ -217,6 +222,7 @@ pub async fn create(store: &Store, new: &NewIncident, now_ns: Nanos) -> Result<S
             diagnosis,
             parts,
             stages,
+            notes,
         });
     }
     let first = requests.iter().map(|r| r.trace.arrival_ns).min();

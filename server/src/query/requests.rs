@@ -68,6 +68,15 @@ pub async fn load(store: &Store, request_id: &str, instances: &[String]) -> Resu
 /// A PD request's parts as one request, the parts kept beside it.
 fn joined(mut parts: Vec<Loaded>) -> Loaded {
     parts.sort_by_key(|p| pd::part_order(p.role, &p.trace));
+    // Onto one clock where a later part's instance provably runs behind.
+    let instances: Vec<String> = parts.iter().map(|p| p.instance.clone()).collect();
+    let mut traces: Vec<RequestTrace> = parts.iter_mut().map(|p| std::mem::take(&mut p.trace)).collect();
+    let refs: Vec<&str> = instances.iter().map(String::as_str).collect();
+    let (moved, note) = pd::align(&mut traces, &refs);
+    for ((p, t), by) in parts.iter_mut().zip(traces).zip(moved) {
+        p.trace = t;
+        p.clock_shift_ns = by;
+    }
     let traces: Vec<&RequestTrace> = parts.iter().map(|p| &p.trace).collect();
     let trace = pd::join(&traces);
     let last = &parts[parts.len() - 1];
@@ -83,6 +92,8 @@ fn joined(mut parts: Vec<Loaded>) -> Loaded {
         role: last.role,
         model: last.model.clone(),
         parts,
+        notes: note.into_iter().collect(),
+        clock_shift_ns: 0,
     }
 }
 
@@ -149,6 +160,7 @@ pub fn detail(loaded: Loaded, loads: &[StepLoad], th: &Thresholds) -> RequestDet
         engine,
         role,
         model,
+        notes,
         ..
     } = loaded;
     let m = request_metrics(&trace);
@@ -177,6 +189,7 @@ pub fn detail(loaded: Loaded, loads: &[StepLoad], th: &Thresholds) -> RequestDet
         stages,
         tokens: token_views(&trace, loads, th),
         parts,
+        notes,
     }
 }
 

@@ -23,6 +23,10 @@ pub struct Loaded {
     /// their instances comma-separated, the rest the last part's. The store reads each part on
     /// its own (this is empty); the query layer joins them (`query::requests::load`).
     pub parts: Vec<Loaded>,
+    /// What the query layer noted joining the parts (clocks that disagree); empty here.
+    pub notes: Vec<String>,
+    /// How far the query layer moved this part's times onto the first part's clock (0 here).
+    pub clock_shift_ns: Nanos,
 }
 
 /// A `requests` row with its instance and model, as the loaders select it.
@@ -351,6 +355,8 @@ impl Store {
             role: Role::parse(&row.role).unwrap_or_default(),
             model: row.model,
             parts: Vec::new(),
+            notes: Vec::new(),
+            clock_shift_ns: 0,
         })
     }
 

@@ -88,9 +88,15 @@ fn parts_line(d: &RequestDetail, live: bool) -> Option<impl IntoView + use<>> {
             view! { {what}{name}{after} }
         })
         .collect_view();
-    Some(
-        view! { <p class="rq-meta rq-parts" data-testid="pd-parts"><b>"PD request: "</b>{items}</p> },
-    )
+    let notes = d
+        .notes
+        .iter()
+        .map(|n| view! { <p class="rq-meta rq-note" data-testid="note">{n.clone()}</p> })
+        .collect_view();
+    Some(view! {
+        <p class="rq-meta rq-parts" data-testid="pd-parts"><b>"PD request: "</b>{items}</p>
+        {notes}
+    })
 }
 
 fn links(d: &RequestDetail) -> impl IntoView + use<> {

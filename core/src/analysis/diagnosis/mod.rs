@@ -287,6 +287,86 @@ pub fn merge(request_id: &str, parts: Vec<Diagnosis>) -> Diagnosis {
     d
 }
 
+/// A PD request's diagnosis: its parts' (each against its own instance), merged, and — when the
+/// request the client saw broke the TTFT SLO though no part's finding says why — the stretch of
+/// the wait that took most of it: the prefill instance's queue, the prefill, the KV transfer,
+/// the decode instance's queue, or its first step. `parts` in join order, on one clock.
+pub fn merge_pd(
+    joined: &RequestTrace,
+    parts: &[&RequestTrace],
+    each: Vec<Diagnosis>,
+    th: &Thresholds,
+) -> Diagnosis {
+    let mut d = merge(&joined.request_id, each);
+    let Some(ttft) = request_metrics(joined).ttft_ns.filter(|&t| ms(t) > th.ttft_ms) else {
+        return d;
+    };
+    let explained = d
+        .findings
+        .iter()
+        .any(|f| f.evidence.get("ttft_ms").is_some());
+    if explained {
+        return d;
+    }
+    let stretches = pd_wait(joined, parts);
+    let Some(&(name, cause, longest)) = stretches.iter().max_by_key(|s| s.2) else {
+        return d;
+    };
+    let listed: Vec<String> = stretches
+        .iter()
+        .filter(|s| s.2 > 0)
+        .map(|(n, _, t)| format!("{n} {}", duration(*t)))
+        .collect();
+    d.findings.push(Finding {
+        cause,
+        severity: Severity::Warning,
+        summary: format!(
+            "TTFT {} > {} SLO across its PD parts, though neither instance's own part broke it; the {name} took the most ({:.0} %): {}.",
+            duration(ttft),
+            slo_text(th.ttft_ms),
+            100.0 * longest as f64 / ttft.max(1) as f64,
+            listed.join(", ")
+        ),
+        culprits: Vec::new(),
+        evidence: serde_json::json!({
+            "ttft_ms": ms(ttft),
+            "stretches_ms": stretches.iter().map(|(n, _, t)| (n.to_string(), ms(*t))).collect::<serde_json::Map<_, _>>(),
+        }),
+        inferred: false,
+    });
+    Diagnosis::of(d.request_id, d.findings)
+}
+
+/// A PD request's wait for its first token, stretch by stretch (never negative), each with the
+/// cause it is named by.
+fn pd_wait(joined: &RequestTrace, parts: &[&RequestTrace]) -> Vec<(&'static str, Cause, Nanos)> {
+    let (Some(p), Some(last)) = (parts.first(), parts.last()) else {
+        return Vec::new();
+    };
+    let first_token = joined.first_token_at().unwrap_or(joined.finished_ns);
+    let scheduled = p.first_scheduled_at().unwrap_or(joined.arrival_ns);
+    let prefilled = p
+        .prefill_chunks
+        .iter()
+        .map(|c| c.end_ns)
+        .max()
+        .or(p.first_token_at())
+        .unwrap_or(scheduled);
+    let (kv_start, kv_end) = joined
+        .kv_transfer
+        .as_ref()
+        .map_or((prefilled, prefilled), |kv| (kv.start_ns, kv.end_ns));
+    let decode_scheduled = last.first_scheduled_at().unwrap_or(first_token);
+    let span = |a: Nanos, b: Nanos| (b - a).max(0);
+    vec![
+        ("prefill queue", Cause::QueueBacklog, span(joined.arrival_ns, scheduled)),
+        ("prefill", Cause::LongPrompt, span(scheduled, prefilled)),
+        ("KV transfer", Cause::KvTransferSlow, span(prefilled.min(kv_start), kv_end)),
+        ("decode queue", Cause::QueueBacklog, span(kv_end.max(prefilled), decode_scheduled)),
+        ("first decode step", Cause::Unexplained, span(decode_scheduled, first_token)),
+    ]
+}
+
 /// The gaps between consecutive tokens (emission times, in order) longer than `slo_ms`: where a
 /// reader watched the stream stop. The diagnosis attributes them; the waterfall shades them.
 pub fn gaps_over(times: &[Nanos], slo_ms: f64) -> impl Iterator<Item = (Nanos, Nanos)> + '_ {
@@ -444,6 +524,46 @@ mod tests {
                 .collect();
         }
         r
+    }
+
+    #[test]
+    fn a_pd_request_late_only_as_a_whole_names_the_stretch_that_took_most() {
+        // Prefill instance: scheduled at once, 0.9 s of prefill. KV transfer 0.95 s (under the
+        // 1 s threshold), 0.3 s in the decode instance's queue, then 30 ms to the first token.
+        let prefill = RequestTrace {
+            request_id: "pd".into(),
+            arrival_ns: 0,
+            first_scheduled_ns: Some(0),
+            first_token_ns: Some(900 * MS),
+            finished_ns: 900 * MS,
+            output_tokens: 1,
+            prefill_chunks: vec![PrefillChunk {
+                start_ns: 0,
+                end_ns: 900 * MS,
+                tokens: 30_000,
+                iteration: None,
+            }],
+            ..RequestTrace::default()
+        };
+        let mut decode = request("pd", 2150, &[2180, 2200, 2220]);
+        decode.arrival_ns = 1850 * MS;
+        decode.queued_ns = Some(1850 * MS);
+        decode.prefill_chunks.clear();
+        decode.kv_transfer = Some(crate::model::KvTransfer {
+            start_ns: 900 * MS,
+            end_ns: 1850 * MS,
+            bytes: None,
+        });
+        let parts = [&prefill, &decode];
+        let joined = crate::analysis::pd::join(&parts);
+        let each: Vec<Diagnosis> = parts.iter().map(|p| run(p, &[])).collect();
+        assert!(each.iter().all(|d| d.speed == Verdict::Healthy), "no part broke an SLO alone");
+        let d = merge_pd(&joined, &parts, each, &Thresholds::default());
+        assert_eq!(causes(&d), [("kv_transfer_slow", vec![])]);
+        assert_eq!(d.speed, Verdict::Degraded);
+        let s = &d.findings[0].summary;
+        assert!(s.starts_with("TTFT 2.18 s > 2 s SLO across its PD parts"), "{s}");
+        assert!(s.contains("the KV transfer took the most (44 %)"), "{s}");
     }
 
     #[test]

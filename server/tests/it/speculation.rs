@@ -1,0 +1,80 @@
+//! Speculative decoding: a step that keeps several tokens of one request (its accepted drafts)
+//! still gives each token that step's time and the request its first-token time, so TTFT, TPOT,
+//! the token view, the lane's token counts and the diagnosis hold with speculation on.
+
+use crate::common;
+
+use common::*;
+use tokenscope_core::model::Role;
+use tokenscope_sim::engine::{self, EngineConfig, SimRequest};
+use tokenscope_sim::{Rng, cost, scenarios};
+
+#[tokio::test]
+async fn steps_that_keep_several_tokens_of_a_request_time_and_diagnose_it_right() {
+    let app = spawn_app().await;
+    let mut cfg = EngineConfig::new(cost::profile("llama-8b-h100").unwrap());
+    cfg.draft_tokens = 4;
+    cfg.draft_acceptance = 0.7;
+    let reqs: Vec<SimRequest> = (0..6)
+        .map(|k| SimRequest {
+            id: format!("spec-{k}"),
+            arrival_ns: T0 + k * 100_000_000,
+            ready_ns: T0 + k * 100_000_000,
+            prompt_tokens: 500,
+            output_tokens: 120,
+            cached_tokens: 0,
+            kv_received: false,
+        })
+        .collect();
+    let output = engine::run(&cfg, reqs, &mut Rng::new(4), 1);
+    let made: usize = output.requests.iter().map(|r| r.tokens.len()).sum();
+    assert_eq!(made, 6 * 120, "every answer complete, none longer");
+    let steps = output.iterations.len();
+    let run = scenarios::InstanceRun {
+        resource: scenarios::resource("spec", Role::Colocated),
+        output,
+    };
+    app.send_sim(std::slice::from_ref(&run)).await;
+
+    let mut multi = 0;
+    for r in &run.output.requests {
+        let id = &r.request_id;
+        let d = app
+            .get_json(&format!("/api/v1/requests/{id}?instance=spec"))
+            .await;
+        let first = r.tokens[0].emitted_ns.unwrap();
+        let last = r.tokens.last().unwrap().emitted_ns.unwrap();
+        let ttft = d["summary"]["ttft_ms"].as_f64().unwrap();
+        let tpot = d["summary"]["tpot_ms"].as_f64().unwrap();
+        assert!((ttft - (first - r.arrival_ns) as f64 / 1e6).abs() < 1e-6, "{id} TTFT {ttft}");
+        let want = (last - first) as f64 / 1e6 / 119.0;
+        assert!((tpot - want).abs() < 1e-3, "{id} TPOT {tpot}, want {want}");
+        // Tokens of one step share its time: the second of them waited no time of its own.
+        let tokens = d["tokens"].as_array().unwrap();
+        for w in tokens.windows(2) {
+            if w[0]["iteration"] == w[1]["iteration"] && w[1]["index"].as_u64() > Some(0) {
+                multi += 1;
+                assert_eq!(w[1]["latency_ms"].as_f64(), Some(0.0), "{id}: {:?}", w[1]);
+            }
+        }
+        let dx = app
+            .get_json(&format!("/api/v1/requests/{id}/diagnosis?instance=spec"))
+            .await;
+        assert_eq!(dx["speed"], "healthy", "{id}: {dx}");
+    }
+    assert!(multi > 100, "speculation kept several tokens per step ({multi} pairs)");
+    assert!(steps < 6 * 120, "fewer steps ({steps}) than tokens");
+
+    // The lane counts the accepted tokens, not one per request per step.
+    let (from, to) = (T0 - 1_000_000_000, T0 + 60_000_000_000);
+    let wf = app
+        .get_json(&format!("/api/v1/waterfall?instance=spec&from={from}&to={to}&width_px=20000"))
+        .await;
+    let lane: u64 = wf["lane"]["steps"]
+        .as_array()
+        .expect("every step listed")
+        .iter()
+        .map(|s| s["decode_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(lane, 6 * 119, "every token after the first came from a decode step");
+}
