@@ -543,7 +543,7 @@ impl<'a> Engine<'a> {
         // Reported after the step that finished them, as an engine's tracer would.
         for i in done {
             let (r, l) = take_trace(&mut self.states[i], now);
-                emit(Step::Finished(i, r, l))?;
+            emit(Step::Finished(i, r, l))?;
         }
         self.iteration_id += 1;
         self.now = end;

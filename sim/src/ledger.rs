@@ -39,14 +39,15 @@ impl Spent {
         let mut out: Vec<(String, f64)> = self
             .others
             .iter()
-            .filter(|(_, &t)| t >= fraction * of)
+            .filter(|&(_, &t)| t >= fraction * of)
             .map(|(id, &t)| (id.to_string(), t))
             .collect();
         out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         out
     }
 
-    fn add(&mut self, other: &Spent) {
+    /// Adds `other`'s time to this.
+    pub fn add(&mut self, other: &Spent) {
         self.own_prefill += other.own_prefill;
         self.rest += other.rest;
         for (id, t) in &other.others {

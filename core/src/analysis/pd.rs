@@ -222,7 +222,10 @@ mod tests {
         let (moved, note) = align(&mut both, &["gpu-p", "gpu-d"]);
         assert_eq!(moved, [0, 200 * MS]);
         let note = note.expect("the clocks disagree");
-        assert!(note.contains("gpu-d's clock runs at least 200.0 ms behind gpu-p's"), "{note}");
+        assert!(
+            note.contains("gpu-d's clock runs at least 200.0 ms behind gpu-p's"),
+            "{note}"
+        );
         let joined = join(&[&both[0], &both[1]]);
         // Moved by the least that makes the order possible: the transfer starts as the prefill ends.
         assert_eq!(joined.kv_transfer.as_ref().unwrap().start_ns, T0 + 50 * MS);

@@ -70,7 +70,10 @@ fn joined(mut parts: Vec<Loaded>) -> Loaded {
     parts.sort_by_key(|p| pd::part_order(p.role, &p.trace));
     // Onto one clock where a later part's instance provably runs behind.
     let instances: Vec<String> = parts.iter().map(|p| p.instance.clone()).collect();
-    let mut traces: Vec<RequestTrace> = parts.iter_mut().map(|p| std::mem::take(&mut p.trace)).collect();
+    let mut traces: Vec<RequestTrace> = parts
+        .iter_mut()
+        .map(|p| std::mem::take(&mut p.trace))
+        .collect();
     let refs: Vec<&str> = instances.iter().map(String::as_str).collect();
     let (moved, note) = pd::align(&mut traces, &refs);
     for ((p, t), by) in parts.iter_mut().zip(traces).zip(moved) {

@@ -26,7 +26,7 @@ mod redact;
 mod replicas;
 mod security_headers;
 mod shutdown;
-mod speculation;
 mod sim_scenarios;
+mod speculation;
 mod texts_by_id;
 mod waterfall_lane;

@@ -44,9 +44,12 @@ async fn steps_that_keep_several_tokens_of_a_request_time_and_diagnose_it_right(
             .await;
         let first = r.tokens[0].emitted_ns.unwrap();
         let last = r.tokens.last().unwrap().emitted_ns.unwrap();
-        let ttft = d["summary"]["ttft_ms"].as_f64().unwrap();
-        let tpot = d["summary"]["tpot_ms"].as_f64().unwrap();
-        assert!((ttft - (first - r.arrival_ns) as f64 / 1e6).abs() < 1e-6, "{id} TTFT {ttft}");
+        let ttft = d["ttft_ms"].as_f64().unwrap_or_else(|| panic!("{id}: {d}"));
+        let tpot = d["tpot_ms"].as_f64().unwrap_or_else(|| panic!("{id}: {d}"));
+        assert!(
+            (ttft - (first - r.arrival_ns) as f64 / 1e6).abs() < 1e-6,
+            "{id} TTFT {ttft}"
+        );
         let want = (last - first) as f64 / 1e6 / 119.0;
         assert!((tpot - want).abs() < 1e-3, "{id} TPOT {tpot}, want {want}");
         // Tokens of one step share its time: the second of them waited no time of its own.
@@ -62,13 +65,18 @@ async fn steps_that_keep_several_tokens_of_a_request_time_and_diagnose_it_right(
             .await;
         assert_eq!(dx["speed"], "healthy", "{id}: {dx}");
     }
-    assert!(multi > 100, "speculation kept several tokens per step ({multi} pairs)");
+    assert!(
+        multi > 100,
+        "speculation kept several tokens per step ({multi} pairs)"
+    );
     assert!(steps < 6 * 120, "fewer steps ({steps}) than tokens");
 
     // The lane counts the accepted tokens, not one per request per step.
     let (from, to) = (T0 - 1_000_000_000, T0 + 60_000_000_000);
     let wf = app
-        .get_json(&format!("/api/v1/waterfall?instance=spec&from={from}&to={to}&width_px=20000"))
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=spec&from={from}&to={to}&width_px=20000"
+        ))
         .await;
     let lane: u64 = wf["lane"]["steps"]
         .as_array()
@@ -76,5 +84,9 @@ async fn steps_that_keep_several_tokens_of_a_request_time_and_diagnose_it_right(
         .iter()
         .map(|s| s["decode_tokens"].as_u64().unwrap())
         .sum();
-    assert_eq!(lane, 6 * 119, "every token after the first came from a decode step");
+    assert_eq!(
+        lane,
+        6 * 119,
+        "every token after the first came from a decode step"
+    );
 }

@@ -298,7 +298,10 @@ pub fn merge_pd(
     th: &Thresholds,
 ) -> Diagnosis {
     let mut d = merge(&joined.request_id, each);
-    let Some(ttft) = request_metrics(joined).ttft_ns.filter(|&t| ms(t) > th.ttft_ms) else {
+    let Some(ttft) = request_metrics(joined)
+        .ttft_ns
+        .filter(|&t| ms(t) > th.ttft_ms)
+    else {
         return d;
     };
     let explained = d
@@ -330,7 +333,7 @@ pub fn merge_pd(
         culprits: Vec::new(),
         evidence: serde_json::json!({
             "ttft_ms": ms(ttft),
-            "stretches_ms": stretches.iter().map(|(n, _, t)| (n.to_string(), ms(*t))).collect::<serde_json::Map<_, _>>(),
+            "stretches_ms": stretches.iter().map(|(n, _, t)| (n.to_string(), serde_json::Value::from(ms(*t)))).collect::<serde_json::Map<_, _>>(),
         }),
         inferred: false,
     });
@@ -359,11 +362,27 @@ fn pd_wait(joined: &RequestTrace, parts: &[&RequestTrace]) -> Vec<(&'static str,
     let decode_scheduled = last.first_scheduled_at().unwrap_or(first_token);
     let span = |a: Nanos, b: Nanos| (b - a).max(0);
     vec![
-        ("prefill queue", Cause::QueueBacklog, span(joined.arrival_ns, scheduled)),
+        (
+            "prefill queue",
+            Cause::QueueBacklog,
+            span(joined.arrival_ns, scheduled),
+        ),
         ("prefill", Cause::LongPrompt, span(scheduled, prefilled)),
-        ("KV transfer", Cause::KvTransferSlow, span(prefilled.min(kv_start), kv_end)),
-        ("decode queue", Cause::QueueBacklog, span(kv_end.max(prefilled), decode_scheduled)),
-        ("first decode step", Cause::Unexplained, span(decode_scheduled, first_token)),
+        (
+            "KV transfer",
+            Cause::KvTransferSlow,
+            span(prefilled.min(kv_start), kv_end),
+        ),
+        (
+            "decode queue",
+            Cause::QueueBacklog,
+            span(kv_end.max(prefilled), decode_scheduled),
+        ),
+        (
+            "first decode step",
+            Cause::Unexplained,
+            span(decode_scheduled, first_token),
+        ),
     ]
 }
 
@@ -557,12 +576,18 @@ mod tests {
         let parts = [&prefill, &decode];
         let joined = crate::analysis::pd::join(&parts);
         let each: Vec<Diagnosis> = parts.iter().map(|p| run(p, &[])).collect();
-        assert!(each.iter().all(|d| d.speed == Verdict::Healthy), "no part broke an SLO alone");
+        assert!(
+            each.iter().all(|d| d.speed == Verdict::Healthy),
+            "no part broke an SLO alone"
+        );
         let d = merge_pd(&joined, &parts, each, &Thresholds::default());
         assert_eq!(causes(&d), [("kv_transfer_slow", vec![])]);
         assert_eq!(d.speed, Verdict::Degraded);
         let s = &d.findings[0].summary;
-        assert!(s.starts_with("TTFT 2.18 s > 2 s SLO across its PD parts"), "{s}");
+        assert!(
+            s.starts_with("TTFT 2.18 s > 2 s SLO across its PD parts"),
+            "{s}"
+        );
         assert!(s.contains("the KV transfer took the most (44 %)"), "{s}");
     }
 

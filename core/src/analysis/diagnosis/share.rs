@@ -2,9 +2,13 @@
 //! the engine inside a window (a wait for the first token, the gaps of a stalled decode), never
 //! more in all than the window itself.
 //!
-//! From iteration records, each step's time inside the window is shared by the prefills in it in
-//! proportion to their tokens; a step that straddles the window's edge (async scheduling, where
-//! step k+1 starts before step k's token is out) counts for its part inside. From request spans,
+//! From iteration records, the steps that ended inside the window delayed it (a token comes out
+//! when its step ends); each one's time inside the window is shared by the tokens it computed,
+//! prefill and decode alike, so a small prompt in a large decode batch takes a small share. With
+//! async scheduling step k+1 starts before step k's token is out: it straddles the window's end
+//! but did not delay that token, and it ends in the next window, where it counts. Overlapping
+//! steps are not counted twice: each instant of the window goes to the step that ended first
+//! after it. From request spans,
 //! overlapping prefill intervals share the time they overlap the same way, so two prompts
 //! prefilled together are not counted twice.
 //!
@@ -58,14 +62,18 @@ impl Shares {
     }
 
     fn add_steps(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) {
-        for it in ctx
+        let mut ended: Vec<&crate::model::Iteration> = ctx
             .iterations
             .iter()
-            .filter(|it| it.start_ns < to && it.end_ns > from)
-        {
-            let overlap = it.end_ns.min(to) - it.start_ns.max(from);
+            .filter(|it| it.end_ns > from && it.end_ns <= to)
+            .collect();
+        ended.sort_by_key(|it| (it.end_ns, it.start_ns));
+        let mut covered = from;
+        for it in ended {
+            let overlap = (it.end_ns - it.start_ns.max(covered)).max(0);
+            covered = covered.max(it.end_ns);
             let inside = overlap as f64 / (it.end_ns - it.start_ns).max(1) as f64;
-            let total = f64::from(it.tokens_in(Phase::Prefill).max(1));
+            let total = f64::from(it.batch.iter().map(|e| e.tokens).sum::<u32>().max(1));
             for e in it
                 .batch
                 .iter()
