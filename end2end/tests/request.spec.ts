@@ -36,6 +36,9 @@ test("low-probability-eos: the EOS is flagged, selected, with its rank and proba
   const eos = page.getByTestId("word-flow").locator(".tk.special.flag");
   await expect(eos).toHaveText(/⟨EOS⟩/);
   await expect(eos).toHaveClass(/\bsel\b/);
+  // Fast, oddly worded: two verdicts, not one.
+  await expect(page.getByTestId("verdict-speed")).toHaveText("speed: met SLOs");
+  await expect(page.getByTestId("verdict-words")).toHaveText("words: odd");
   const panel = page.getByTestId("token-panel");
   await expect(panel).toContainText("⟨EOS⟩");
   await expect(panel.getByTestId("tp-rank")).toHaveText("2");
@@ -109,6 +112,8 @@ test("prefill-interrupts-decode: the stalled token names its culprits; brushing 
   await hydrated(page);
   await painted(page);
   await expect(page.getByTestId("findings").locator('[data-cause="prefill_interrupted_decode"]')).toBeVisible();
+  await expect(page.getByTestId("verdict-speed")).toHaveText("speed: slow");
+  await expect(page.getByTestId("verdict-words")).toHaveText("words: as expected");
   const stalled = page.getByTestId("stalled-tokens").locator("li");
   await expect(stalled.first()).toContainText("pid-prefill-00");
   const token = await stalled.first().getAttribute("data-token");

@@ -6,6 +6,7 @@
 //! truth; all deterministic for a seed, with no IO. `deliver` sends (gRPC) or writes (JSONL) what
 //! they produce; `run` is the command.
 
+pub mod accuracy;
 mod args;
 pub mod content;
 pub mod cost;

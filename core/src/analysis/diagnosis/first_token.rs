@@ -83,6 +83,12 @@ pub(super) fn slow_first_token(
     let wait_to = r.first_scheduled_at().unwrap_or(first);
     let mut shares = Shares::default();
     shares.add(&r.request_id, wait_from, first, ctx);
+    let queue = wait_to - r.queued_ns.unwrap_or(r.arrival_ns);
+    if shares.own > 0 && shares.own >= shares.prefill() && queue * 2 < ttft {
+        // Scheduled soon, and its own prompt took more of the wait than everyone else's:
+        // `long_prompt` names it (own.rs).
+        return out;
+    }
     if let Some(f) = monopoly(r, (wait_from, first), &shares, ctx, th, wait) {
         out.push(f);
         return out;
@@ -93,7 +99,6 @@ pub(super) fn slow_first_token(
     } else {
         format!("; prefilling meanwhile: {}", shares.sentence(&named))
     };
-    let queue = wait_to - r.queued_ns.unwrap_or(r.arrival_ns);
     if queue * 2 < ttft && shares.prefill() * 2 >= shares.lost {
         // Scheduled, yet other prompts took the engine: many of them, none (or too many) to
         // single out.

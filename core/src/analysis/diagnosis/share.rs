@@ -43,6 +43,8 @@ pub(super) struct Shares {
     /// The time the culprits are weighed against.
     pub lost: Nanos,
     by: BTreeMap<String, (Nanos, u64)>,
+    /// The victim's own prompt's share, weighed the same way.
+    pub own: Nanos,
     pub inferred: bool,
 }
 
@@ -74,11 +76,11 @@ impl Shares {
             covered = covered.max(it.end_ns);
             let inside = overlap as f64 / (it.end_ns - it.start_ns).max(1) as f64;
             let total = f64::from(it.batch.iter().map(|e| e.tokens).sum::<u32>().max(1));
-            for e in it
-                .batch
-                .iter()
-                .filter(|e| e.phase == Phase::Prefill && *e.request_id != *victim)
-            {
+            for e in it.batch.iter().filter(|e| e.phase == Phase::Prefill) {
+                if *e.request_id == *victim {
+                    self.own += (overlap as f64 * f64::from(e.tokens) / total) as Nanos;
+                    continue;
+                }
                 let slot = self.by.entry(e.request_id.to_string()).or_default();
                 slot.0 += (overlap as f64 * f64::from(e.tokens) / total) as Nanos;
                 slot.1 += (f64::from(e.tokens) * inside).round() as u64;
@@ -92,7 +94,6 @@ impl Shares {
         let intervals: Vec<(Nanos, Nanos, u32, &str)> = ctx
             .others
             .iter()
-            .filter(|o| o.request_id != victim)
             .flat_map(|o| {
                 o.prefill
                     .iter()
@@ -112,6 +113,10 @@ impl Shares {
             let weight: f64 = active.iter().map(|i| f64::from(i.2)).sum();
             for &&(s, e, k, id) in &active {
                 let part = f64::from(k) / weight;
+                if id == victim {
+                    self.own += ((b - a) as f64 * part) as Nanos;
+                    continue;
+                }
                 let slot = self.by.entry(id.to_string()).or_default();
                 slot.0 += ((b - a) as f64 * part) as Nanos;
                 // Tokens by the part of its interval inside this segment.
