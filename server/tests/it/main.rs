@@ -21,6 +21,7 @@ mod logs;
 mod metrics;
 mod migrations;
 mod otlp_ingest;
+mod pd_clocks;
 mod query_api;
 mod redact;
 mod replicas;
