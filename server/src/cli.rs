@@ -166,7 +166,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 .serve_until(server::stop_signal())
                 .await
         }
-        Command::Migrate(db) => Store::connect(&db.database_url).await.map(|_| ()),
+        Command::Migrate(db) => Ok(Store::connect(&db.database_url).await.map(|_| ())?),
         Command::Demo { db, if_empty } => {
             let store = Store::connect(&db.database_url).await?;
             crate::demo::load(&Sink::of(store, false), if_empty).await
@@ -202,7 +202,9 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Sim(args) => Ok(tokenscope_sim::run(args, crate::clock::now_ns()).await?),
         Command::Retention { db, keep_days } => {
             let store = Store::connect(&db.database_url).await?;
-            let dropped = store.drop_older_than_days(keep_days).await?;
+            let dropped = store
+                .drop_older_than_days(keep_days, crate::clock::now_ns())
+                .await?;
             println!(
                 "dropped {} partitions: {}",
                 dropped.len(),

@@ -67,17 +67,16 @@ impl Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
+        tokenscope_store::Error::from(e).into()
+    }
+}
+
+impl From<tokenscope_store::Error> for Error {
+    fn from(e: tokenscope_store::Error) -> Self {
         match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
-                Error::Unavailable(format!("database unavailable: {e}"))
-            }
-            // Serialization failure and deadlock: the same batch succeeds when sent again.
-            sqlx::Error::Database(ref db)
-                if matches!(db.code().as_deref(), Some("40001" | "40P01")) =>
-            {
-                Error::Unavailable(format!("database unavailable: {e}; retry the batch"))
-            }
-            other => Error::Internal(other.to_string()),
+            tokenscope_store::Error::NotFound(m) => Error::NotFound(m),
+            tokenscope_store::Error::Unavailable(m) => Error::Unavailable(m),
+            tokenscope_store::Error::Internal(m) => Error::Internal(m),
         }
     }
 }

@@ -17,4 +17,5 @@ pub mod query;
 pub mod security;
 pub mod server;
 pub mod state;
-pub mod store;
+/// Storage is its own crate (`store/`); this keeps `tokenscope::store` paths working.
+pub use tokenscope_store as store;

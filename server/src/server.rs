@@ -366,7 +366,10 @@ async fn retention_loop(store: Store, days: u32) {
     let mut every = tokio::time::interval(Duration::from_secs(3600));
     loop {
         every.tick().await;
-        match store.drop_older_than_days(days).await {
+        match store
+            .drop_older_than_days(days, crate::clock::now_ns())
+            .await
+        {
             Ok(dropped) if !dropped.is_empty() => {
                 tracing::info!(?dropped, "retention dropped partitions")
             }

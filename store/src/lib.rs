@@ -1,9 +1,13 @@
-//! Postgres storage: the only module that speaks SQL.
+//! Postgres storage, the only crate that speaks SQL: what a write takes (`batch`), one
+//! transaction per batch (`write`), the compact encodings of tokens, steps and batches, and
+//! readers that return model values and rows. It imports nothing from ingest, analysis or the
+//! API; the server's query layer makes views of what it returns.
 
 pub mod batch;
 pub mod batch_block;
 mod bytes;
 mod context;
+mod error;
 mod incidents;
 mod latency;
 mod partitions;
@@ -22,7 +26,7 @@ use sqlx::{PgPool, postgres::PgPoolOptions};
 
 use tokenscope_core::model::Nanos;
 
-use crate::error::Result;
+pub use error::{Error, Result};
 
 pub use incidents::IncidentRow;
 pub use latency::{BinRow, LatencyRow, Quantiles, SetStats};
@@ -76,9 +80,7 @@ impl Store {
         sqlx::migrate!("../migrations")
             .run(&pool)
             .await
-            .map_err(|e| {
-                crate::error::Error::Internal(format!("database migration failed: {e}"))
-            })?;
+            .map_err(|e| Error::Internal(format!("database migration failed: {e}")))?;
         Ok(Self {
             pool,
             caches: Arc::default(),
@@ -114,9 +116,9 @@ impl Store {
             .await
     }
 
-    /// Retention: drops the partitions older than `keep_days` days from now.
-    pub async fn drop_older_than_days(&self, keep_days: u32) -> Result<Vec<String>> {
-        let cutoff = crate::clock::now_ns() - i64::from(keep_days) * DAY_NS;
+    /// Retention: drops the partitions older than `keep_days` days before `now_ns`.
+    pub async fn drop_older_than_days(&self, keep_days: u32, now_ns: Nanos) -> Result<Vec<String>> {
+        let cutoff = now_ns - i64::from(keep_days) * DAY_NS;
         self.drop_partitions_before(cutoff).await
     }
 

@@ -7,10 +7,10 @@ use std::collections::HashSet;
 
 use tokenscope_core::model::{Iteration, Nanos};
 
+use crate::batch::ResourceBatch;
+use crate::batch_block;
 use crate::error::Result;
-use crate::store::batch::ResourceBatch;
-use crate::store::batch_block;
-use crate::store::step_block::{self, Step};
+use crate::step_block::{self, Step};
 
 /// Maps keyed by request id, looked up once per batch entry (a token's worth of work each, at
 /// small batches): foldhash hashes a 40-byte id several times faster than the standard SipHash,

@@ -14,8 +14,8 @@ use tokenscope_core::model::{
 use super::token_block::{self, StoredText};
 use super::vocab::{TextsById, Vocab};
 use super::{Store, partitions::day_of};
+use crate::batch::{ResourceBatch, Stored};
 use crate::error::Result;
-use crate::store::batch::{ResourceBatch, Stored};
 
 /// The small, rarely filtered parts of a request, kept as JSON in `requests.detail`.
 #[derive(Serialize, Deserialize)]
@@ -34,7 +34,7 @@ pub(super) struct Detail {
 impl Detail {
     pub fn parse(value: serde_json::Value) -> Result<Self> {
         serde_json::from_value(value).map_err(|e| {
-            crate::error::Error::Internal(format!("stored request detail is unreadable: {e}"))
+            crate::Error::Internal(format!("stored request detail is unreadable: {e}"))
         })
     }
 
@@ -51,7 +51,7 @@ impl Detail {
 }
 
 impl Store {
-    pub(crate) async fn write(&self, batches: &[ResourceBatch]) -> Result<Stored> {
+    pub async fn write(&self, batches: &[ResourceBatch]) -> Result<Stored> {
         let mut stored = Stored::default();
         for batch in batches {
             if batch.requests.is_empty() && batch.iterations.is_empty() {
