@@ -83,6 +83,26 @@ test("token text is shown as text: markup in a token never runs", async ({ page,
   expect(dialogs).toBe(0);
 });
 
+test("a token sampled outside the returned top-k ranks \"> k\" and is flagged by its probability", async ({ page, request }) => {
+  const id = `chatcmpl-beyond-${Date.now()}`;
+  const body = chatResponse(id, [
+    ["The", -0.05, [["The", -0.05], ["A", -3.2], ["This", -4.0]]],
+    [" zebra", -4.6, [[" cat", -0.3], [" dog", -1.6], [" bird", -2.9]]],
+    [" ran", -0.1, [[" ran", -0.1], [" sat", -2.5], [" slept", -3.0]]],
+  ]);
+  const reply = await request.post("/api/v1/import?format=openai", { data: JSON.stringify(body) });
+  expect(reply.status()).toBe(200);
+  await page.goto(`/requests/${id}?instance=openai-import`);
+  await hydrated(page);
+  await expect(page.getByTestId("flagged")).toContainText("rank > 3");
+  await page.getByTestId("word-flow").locator('[data-i="1"]').click();
+  await expect(page.getByTestId("token-panel").getByTestId("tp-rank")).toHaveText("> 3");
+  // One unlikely word in a sampled answer is noted, not a verdict.
+  await expect(page.getByTestId("findings").locator('[data-cause="low_probability_token"]')).toBeVisible();
+  await expect(page.getByTestId("verdict-words")).toHaveText("words: as expected");
+  await page.screenshot({ path: "test-results/request-rank-beyond-top-k.png" });
+});
+
 test("an uploaded OpenAI response lands on its word choice; a bad one says what is wrong", async ({ page }) => {
   const id = `chatcmpl-upload-${Date.now()}`;
   await page.goto("/upload");
