@@ -357,18 +357,7 @@ fn shaped(
 
 /// What the diagnosis gets for each request of one instance, diagnosed.
 fn diagnose_all(traces: &[RequestTrace], steps: &[Iteration], th: &Thresholds) -> Vec<Diagnosis> {
-    let others: Vec<OtherRequest> = traces
-        .iter()
-        .map(|r| OtherRequest {
-            request_id: r.request_id.clone(),
-            prompt_tokens: r.prompt_tokens,
-            prefill: r
-                .prefill_chunks
-                .iter()
-                .map(|c| (c.start_ns, c.end_ns, c.tokens))
-                .collect(),
-        })
-        .collect();
+    let others: Vec<OtherRequest> = traces.iter().map(OtherRequest::of).collect();
     traces
         .iter()
         .map(|r| {

@@ -45,13 +45,7 @@ pub fn clock_behind(parts: &[&RequestTrace]) -> Vec<Nanos> {
                 (Some(d), Some(e)) if e < d => d - e,
                 _ => 0,
             };
-            let prefilled = p
-                .prefill_chunks
-                .iter()
-                .map(|c| c.end_ns)
-                .max()
-                .or(p.first_token_at())
-                .unwrap_or(p.finished_ns);
+            let prefilled = p.prefilled_at().unwrap_or(p.finished_ns);
             done = Some(done.map_or(prefilled + behind, |d| d.max(prefilled + behind)));
             behind
         })

@@ -95,6 +95,15 @@ pub struct RequestTrace {
 }
 
 impl RequestTrace {
+    /// When its prompt was computed: the end of its last prefill chunk, else its first token.
+    pub fn prefilled_at(&self) -> Option<Nanos> {
+        self.prefill_chunks
+            .iter()
+            .map(|c| c.end_ns)
+            .max()
+            .or(self.first_token_at())
+    }
+
     /// Every time of the request moved by `by` (another instance's clock onto this one's).
     pub fn shift(&mut self, by: Nanos) {
         let at = |t: &mut Nanos| *t += by;
@@ -147,4 +156,19 @@ pub struct OtherRequest {
     pub prompt_tokens: u32,
     /// Prefill intervals (start, end, tokens), in time order.
     pub prefill: Vec<(Nanos, Nanos, u32)>,
+}
+
+impl OtherRequest {
+    /// A request as its neighbours' diagnoses see it.
+    pub fn of(r: &RequestTrace) -> Self {
+        OtherRequest {
+            request_id: r.request_id.clone(),
+            prompt_tokens: r.prompt_tokens,
+            prefill: r
+                .prefill_chunks
+                .iter()
+                .map(|c| (c.start_ns, c.end_ns, c.tokens))
+                .collect(),
+        }
+    }
 }

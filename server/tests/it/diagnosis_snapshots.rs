@@ -23,20 +23,8 @@ fn scenario_diagnoses_match_their_snapshot() {
                 .iter()
                 .find(|r| &r.resource.instance_id == instance)
                 .unwrap();
-            let others: Vec<OtherRequest> = run
-                .output
-                .requests
-                .iter()
-                .map(|r| OtherRequest {
-                    request_id: r.request_id.clone(),
-                    prompt_tokens: r.prompt_tokens,
-                    prefill: r
-                        .prefill_chunks
-                        .iter()
-                        .map(|c| (c.start_ns, c.end_ns, c.tokens))
-                        .collect(),
-                })
-                .collect();
+            let others: Vec<OtherRequest> =
+                run.output.requests.iter().map(OtherRequest::of).collect();
             for id in ids {
                 let r = run
                     .output

@@ -348,13 +348,7 @@ fn pd_wait(joined: &RequestTrace, parts: &[&RequestTrace]) -> Vec<(&'static str,
     };
     let first_token = joined.first_token_at().unwrap_or(joined.finished_ns);
     let scheduled = p.first_scheduled_at().unwrap_or(joined.arrival_ns);
-    let prefilled = p
-        .prefill_chunks
-        .iter()
-        .map(|c| c.end_ns)
-        .max()
-        .or(p.first_token_at())
-        .unwrap_or(scheduled);
+    let prefilled = p.prefilled_at().unwrap_or(scheduled);
     let (kv_start, kv_end) = joined
         .kv_transfer
         .as_ref()
