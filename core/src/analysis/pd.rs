@@ -52,27 +52,23 @@ pub fn clock_behind(parts: &[&RequestTrace]) -> Vec<Nanos> {
         .collect()
 }
 
-/// Puts every part on the first part's clock where [`clock_behind`] proves a later one behind;
-/// returns how far each part moved, and a sentence saying so for the request's page.
-pub fn align(parts: &mut [RequestTrace], instances: &[&str]) -> (Vec<Nanos>, Option<String>) {
-    let refs: Vec<&RequestTrace> = parts.iter().collect();
-    let behind = clock_behind(&refs);
-    let mut notes = Vec::new();
-    for (k, (p, &by)) in parts.iter_mut().zip(&behind).enumerate() {
-        if by > 0 {
-            p.shift(by);
-            notes.push(format!(
-                "{}'s clock runs at least {:.1} ms behind {}'s: it stamped its part before the prompt was prefilled, so its times are shown {:.1} ms later",
+/// What the request's page says when [`clock_behind`] moved parts (`behind`, per part) onto the
+/// first part's clock; `None` when it moved none.
+pub fn clock_note(behind: &[Nanos], instances: &[&str]) -> Option<String> {
+    let first = instances.first().copied().unwrap_or("the first part");
+    let notes: Vec<String> = behind
+        .iter()
+        .enumerate()
+        .filter(|&(_, &by)| by > 0)
+        .map(|(k, &by)| {
+            let ms = by as f64 / 1e6;
+            format!(
+                "{}'s clock runs at least {ms:.1} ms behind {first}'s: it stamped its part before the prompt was prefilled, so its times are shown {ms:.1} ms later",
                 instances.get(k).copied().unwrap_or("a later part"),
-                by as f64 / 1e6,
-                instances.first().copied().unwrap_or("the first part"),
-                by as f64 / 1e6,
-            ));
-        }
-    }
-    let note =
-        (!notes.is_empty()).then(|| format!("The parts' clocks disagree: {}.", notes.join("; ")));
-    (behind, note)
+            )
+        })
+        .collect();
+    (!notes.is_empty()).then(|| format!("The parts' clocks disagree: {}.", notes.join("; ")))
 }
 
 /// The request the client saw, from its parts in `part_order`: it arrived when the first part
@@ -212,10 +208,13 @@ mod tests {
         // The decode instance's clock runs 200 ms behind: its transfer would start 150 ms
         // before the prompt was prefilled, and its first token 170 ms after the client arrived.
         d.shift(-200 * MS);
-        let mut both = vec![p.clone(), d.clone()];
-        let (moved, note) = align(&mut both, &["gpu-p", "gpu-d"]);
-        assert_eq!(moved, [0, 200 * MS]);
-        let note = note.expect("the clocks disagree");
+        let behind = clock_behind(&[&p, &d]);
+        assert_eq!(behind, [0, 200 * MS]);
+        let note = clock_note(&behind, &["gpu-p", "gpu-d"]).expect("the clocks disagree");
+        let mut both = [p.clone(), d.clone()];
+        for (part, by) in both.iter_mut().zip(behind) {
+            part.shift(by);
+        }
         assert!(
             note.contains("gpu-d's clock runs at least 200.0 ms behind gpu-p's"),
             "{note}"
@@ -227,10 +226,11 @@ mod tests {
         let bars = joined_stages(&[&both[0], &both[1]], &joined);
         assert!(bars.iter().all(|s| s.end_ns >= s.start_ns), "{bars:?}");
         // Clocks in order (or a decode clock ahead, which looks like a slow hand-over): untouched.
-        let mut fine = vec![p, d.clone()];
-        fine[1].shift(200 * MS);
-        assert_eq!(align(&mut fine, &["gpu-p", "gpu-d"]), (vec![0, 0], None));
-        assert_eq!(fine[1].arrival_ns, d.arrival_ns + 200 * MS);
+        let mut ahead = d.clone();
+        ahead.shift(400 * MS);
+        let behind = clock_behind(&[&p, &ahead]);
+        assert_eq!(behind, [0, 0]);
+        assert_eq!(clock_note(&behind, &["gpu-p", "gpu-d"]), None);
     }
 
     #[test]

@@ -69,15 +69,11 @@ pub async fn load(store: &Store, request_id: &str, instances: &[String]) -> Resu
 fn joined(mut parts: Vec<Loaded>) -> Loaded {
     parts.sort_by_key(|p| pd::part_order(p.role, &p.trace));
     // Onto one clock where a later part's instance provably runs behind.
-    let instances: Vec<String> = parts.iter().map(|p| p.instance.clone()).collect();
-    let mut traces: Vec<RequestTrace> = parts
-        .iter_mut()
-        .map(|p| std::mem::take(&mut p.trace))
-        .collect();
-    let refs: Vec<&str> = instances.iter().map(String::as_str).collect();
-    let (moved, note) = pd::align(&mut traces, &refs);
-    for ((p, t), by) in parts.iter_mut().zip(traces).zip(moved) {
-        p.trace = t;
+    let behind = pd::clock_behind(&parts.iter().map(|p| &p.trace).collect::<Vec<_>>());
+    let instances: Vec<&str> = parts.iter().map(|p| p.instance.as_str()).collect();
+    let note = pd::clock_note(&behind, &instances);
+    for (p, by) in parts.iter_mut().zip(behind) {
+        p.trace.shift(by);
         p.clock_shift_ns = by;
     }
     let traces: Vec<&RequestTrace> = parts.iter().map(|p| &p.trace).collect();
