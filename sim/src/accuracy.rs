@@ -21,7 +21,7 @@ use crate::cost::profile;
 use crate::engine::{self, EngineConfig, SimRequest};
 use crate::ledger::{Ledger, Spent};
 use tokenscope_core::analysis::diagnosis::{
-    Cause, Context, Diagnosis, Thresholds, Verdict, diagnose,
+    Cause, Context, Diagnosis, Thresholds, Verdict, diagnose, steps_of,
 };
 use tokenscope_core::model::metrics::request_metrics;
 use tokenscope_core::model::{Iteration, Nanos, OtherRequest, PrefillChunk, RequestTrace};
@@ -35,8 +35,6 @@ const MATERIAL: f64 = 0.05;
 /// half of it may be. "Exact" asks for the truth's set at the threshold, no tolerance.
 const MUST: f64 = 2.0 * MATERIAL;
 const MAY: f64 = 0.5 * MATERIAL;
-/// Steps this long before a request's arrival still count as its own (as the query layer reads).
-const CLOCK_SLACK_NS: Nanos = SECOND;
 
 /// One simulated instance: its engine and its traffic.
 struct Setup {
@@ -118,19 +116,9 @@ fn traffic(s: &Setup, prefix: &str, t0: Nanos, duration_s: f64, rng: &mut Rng) -
             } else {
                 (uniform(rng, (100, 4_000)), uniform(rng, s.output))
             };
-            out.push(SimRequest {
-                id: format!(
-                    "{prefix}-{}{:05}",
-                    if long { "long" } else { "r" },
-                    out.len()
-                ),
-                arrival_ns: arrival,
-                ready_ns: arrival,
-                prompt_tokens: prompt,
-                output_tokens: output,
-                cached_tokens: 0,
-                kv_received: false,
-            });
+            let kind = if long { "long" } else { "r" };
+            let id = format!("{prefix}-{kind}{:05}", out.len());
+            out.push(SimRequest::new(id, arrival, prompt, output));
         }
     }
     out.sort_by_key(|r| r.arrival_ns);
@@ -361,8 +349,6 @@ fn diagnose_all(traces: &[RequestTrace], steps: &[Iteration], th: &Thresholds) -
     traces
         .iter()
         .map(|r| {
-            let lo = steps.partition_point(|it| it.start_ns < r.arrival_ns - CLOCK_SLACK_NS);
-            let hi = steps.partition_point(|it| it.start_ns <= r.finished_ns);
             let near: Vec<OtherRequest> = others
                 .iter()
                 .filter(|o| {
@@ -375,7 +361,7 @@ fn diagnose_all(traces: &[RequestTrace], steps: &[Iteration], th: &Thresholds) -
             diagnose(
                 r,
                 &Context {
-                    iterations: &steps[lo..hi],
+                    iterations: steps_of(steps, r),
                     others: &near,
                 },
                 th,

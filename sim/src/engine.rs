@@ -71,6 +71,26 @@ pub struct SimRequest {
     pub kv_received: bool,
 }
 
+impl SimRequest {
+    /// A request ready when it arrives, nothing cached, prefilled here.
+    pub fn new(
+        id: impl Into<String>,
+        arrival_ns: Nanos,
+        prompt_tokens: u32,
+        output_tokens: u32,
+    ) -> Self {
+        SimRequest {
+            id: id.into(),
+            arrival_ns,
+            ready_ns: arrival_ns,
+            prompt_tokens,
+            output_tokens,
+            cached_tokens: 0,
+            kv_received: false,
+        }
+    }
+}
+
 struct State {
     req: SimRequest,
     /// `req.id`, shared by the batch entries of every step that runs the request.
@@ -613,15 +633,7 @@ mod tests {
     use crate::cost::profile;
 
     fn req(id: &str, prompt: u32, output: u32) -> SimRequest {
-        SimRequest {
-            id: id.into(),
-            arrival_ns: 0,
-            ready_ns: 0,
-            prompt_tokens: prompt,
-            output_tokens: output,
-            cached_tokens: 0,
-            kv_received: false,
-        }
+        SimRequest::new(id, 0, prompt, output)
     }
 
     #[test]

@@ -38,15 +38,12 @@ pub fn poisson(
             break;
         }
         let arrival = start + (t * 1e9) as Nanos;
-        out.push(SimRequest {
-            id: format!("{prefix}-{:06}", out.len()),
-            arrival_ns: arrival,
-            ready_ns: arrival,
-            prompt_tokens: 100 + rng.below(3900) as u32,
-            output_tokens: 20 + rng.below(580) as u32,
-            cached_tokens: 0,
-            kv_received: false,
-        });
+        out.push(SimRequest::new(
+            format!("{prefix}-{:06}", out.len()),
+            arrival,
+            100 + rng.below(3900) as u32,
+            20 + rng.below(580) as u32,
+        ));
     }
     out
 }
@@ -96,15 +93,12 @@ pub fn azure(prefix: &str, csv: &str, w: &Window, start: Nanos) -> Result<Vec<Si
             .ok_or_else(bad)?;
         let t0 = *first.get_or_insert(t);
         if let Some(arrival) = window_row(w, t - t0, start) {
-            out.push(SimRequest {
-                id: format!("{prefix}-{:06}", out.len()),
-                arrival_ns: arrival,
-                ready_ns: arrival,
-                prompt_tokens: prompt.max(1),
-                output_tokens: output.max(1),
-                cached_tokens: 0,
-                kv_received: false,
-            });
+            out.push(SimRequest::new(
+                format!("{prefix}-{:06}", out.len()),
+                arrival,
+                prompt.max(1),
+                output.max(1),
+            ));
         }
     }
     Ok(out)
@@ -140,13 +134,13 @@ pub fn mooncake(prefix: &str, jsonl: &str, w: &Window, start: Nanos) -> Result<V
         if let Some(arrival) = window_row(w, v.timestamp as f64 / 1000.0, start) {
             let prompt = v.input_length;
             out.push(SimRequest {
-                id: format!("{prefix}-{:06}", out.len()),
-                arrival_ns: arrival,
-                ready_ns: arrival,
-                prompt_tokens: prompt.max(1),
-                output_tokens: v.output_length.max(1),
                 cached_tokens: (hits * MOONCAKE_BLOCK_TOKENS).min(prompt.saturating_sub(1)),
-                kv_received: false,
+                ..SimRequest::new(
+                    format!("{prefix}-{:06}", out.len()),
+                    arrival,
+                    prompt.max(1),
+                    v.output_length.max(1),
+                )
             });
         }
     }

@@ -52,18 +52,6 @@ pub struct Scenario {
     pub truth: Truth,
 }
 
-fn req(id: &str, arrival: Nanos, prompt: u32, output: u32) -> SimRequest {
-    SimRequest {
-        id: id.into(),
-        arrival_ns: arrival,
-        ready_ns: arrival,
-        prompt_tokens: prompt,
-        output_tokens: output,
-        cached_tokens: 0,
-        kv_received: false,
-    }
-}
-
 pub fn resource(instance: &str, role: Role) -> Resource {
     Resource {
         engine: EngineKind::Other,
@@ -198,13 +186,14 @@ fn prefill_interrupts_decode(rng: &mut Rng, t0: Nanos) -> Scenario {
     });
     let ctl = engine(|c| c.token_budget = 512);
     let culprits = ids("pid-prefill", 12);
-    let traffic = |victim: &str, prompt: &dyn Fn(usize) -> String| {
-        let mut reqs = vec![req(victim, t0, 200, 100)];
-        reqs.extend(
-            (0..12).map(|k| req(&prompt(k), t0 + 300 * MS + k as Nanos * 300 * MS, 14_000, 4)),
-        );
-        reqs
-    };
+    let traffic =
+        |victim: &str, prompt: &dyn Fn(usize) -> String| {
+            let mut reqs = vec![SimRequest::new(victim, t0, 200, 100)];
+            reqs.extend((0..12).map(|k| {
+                SimRequest::new(prompt(k), t0 + 300 * MS + k as Nanos * 300 * MS, 14_000, 4)
+            }));
+            reqs
+        };
     let reqs = traffic("pid-victim", &|k| culprits[k].clone());
     let creqs = traffic("pid-control", &|k| format!("pid-control-prefill-{k:02}"));
     with_control(
@@ -229,8 +218,8 @@ fn prefill_freezes_decode(rng: &mut Rng, t0: Nanos) -> Scenario {
     let ctl = engine(|c| c.token_budget = 512);
     let traffic = |victim: &str, prompt: &str| {
         vec![
-            req(victim, t0, 300, 200),
-            req(prompt, t0 + 600 * MS, 32_000, 4),
+            SimRequest::new(victim, t0, 300, 200),
+            SimRequest::new(prompt, t0 + 600 * MS, 32_000, 4),
         ]
     };
     with_control(
@@ -253,10 +242,10 @@ fn prefill_freezes_decode(rng: &mut Rng, t0: Nanos) -> Scenario {
 fn long_prompt_monopolizes(rng: &mut Rng, t0: Nanos) -> Scenario {
     let cfg = engine(|c| c.token_budget = 20_000);
     let reqs = vec![
-        req("lpm-long", t0, 96_000, 12),
-        req("lpm-short", t0 + 50 * MS, 700, 40),
+        SimRequest::new("lpm-long", t0, 96_000, 12),
+        SimRequest::new("lpm-short", t0 + 50 * MS, 700, 40),
     ];
-    let creqs = vec![req("lpm-control", t0 + 50 * MS, 700, 40)];
+    let creqs = vec![SimRequest::new("lpm-control", t0 + 50 * MS, 700, 40)];
     with_control(
         rng,
         ("sim-lpm", &cfg, reqs),
@@ -271,11 +260,11 @@ fn long_prompt_monopolizes(rng: &mut Rng, t0: Nanos) -> Scenario {
 /// Not an incident: one 8,000-token answer while a 2-8k-token prompt arrives every half second
 /// around it (the request page's benchmark).
 fn long_answer(rng: &mut Rng, t0: Nanos) -> Scenario {
-    let mut reqs = vec![req("long-answer", t0, 1_000, 8_000)];
+    let mut reqs = vec![SimRequest::new("long-answer", t0, 1_000, 8_000)];
     reqs.extend((0..240).map(|k| {
         let prompt = 2_000 + rng.below(6_000) as u32;
-        req(
-            &format!("la-chat-{k:03}"),
+        SimRequest::new(
+            format!("la-chat-{k:03}"),
             t0 + 200 * MS + k * 500 * MS,
             prompt,
             150,
@@ -306,8 +295,8 @@ fn long_answer(rng: &mut Rng, t0: Nanos) -> Scenario {
 /// Two identical requests; one ends on an EOS the model gave a probability of 0.1.
 fn low_probability_eos(rng: &mut Rng, t0: Nanos) -> Scenario {
     let reqs = vec![
-        req("eos-victim", t0, 300, 14),
-        req("eos-control", t0 + 10 * MS, 300, 14),
+        SimRequest::new("eos-victim", t0, 300, 14),
+        SimRequest::new("eos-control", t0 + 10 * MS, 300, 14),
     ];
     let endings = |id: &str| {
         if id == "eos-victim" {
@@ -347,7 +336,7 @@ fn kv_preemption(rng: &mut Rng, t0: Nanos) -> Scenario {
         ids(prefix, 8)
             .iter()
             .enumerate()
-            .map(|(k, id)| req(id, t0 + k as Nanos * MS, 1000, 400))
+            .map(|(k, id)| SimRequest::new(id, t0 + k as Nanos * MS, 1000, 400))
             .collect()
     };
     let mut s = with_control(
@@ -374,8 +363,8 @@ fn kv_preemption(rng: &mut Rng, t0: Nanos) -> Scenario {
 fn pd_kv_transfer_stall(rng: &mut Rng, t0: Nanos) -> Scenario {
     let cfg = engine(|_| {});
     let offered = vec![
-        req("pd-slow", t0, 4000, 50),
-        req("pd-fast", t0 + 20 * MS, 4000, 50),
+        SimRequest::new("pd-slow", t0, 4000, 50),
+        SimRequest::new("pd-fast", t0 + 20 * MS, 4000, 50),
     ];
     let prefill_side: Vec<SimRequest> = offered
         .iter()

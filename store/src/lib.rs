@@ -52,9 +52,7 @@ pub const ROLLUP_NS: [Nanos; 4] = [100_000_000, 1_000_000_000, 10_000_000_000, 1
 /// (their rows are found by arrival time, which partitions the table).
 const REQUEST_LOOKBACK_NS: Nanos = 3600 * 1_000_000_000;
 
-/// Iterations this long before a request's arrival still count as its own: the step that admits
-/// a request may start just before the gateway stamped its arrival (the clocks differ).
-pub const CLOCK_SLACK_NS: Nanos = 1_000_000_000;
+pub use tokenscope_core::model::CLOCK_SLACK_NS;
 
 #[derive(Clone)]
 pub struct Store {

@@ -31,6 +31,10 @@ pub const SECOND: Nanos = 1_000_000_000;
 pub const MINUTE: Nanos = 60 * SECOND;
 pub const HOUR: Nanos = 60 * MINUTE;
 
+/// Engine steps this long before a request's arrival still count as its own: the step that
+/// admits a request may start just before the gateway stamped its arrival (the clocks differ).
+pub const CLOCK_SLACK_NS: Nanos = SECOND;
+
 /// Converts a nanosecond duration to milliseconds for display and the JSON API.
 pub fn ms(ns: Nanos) -> f64 {
     ns as f64 / NANOS_PER_MS

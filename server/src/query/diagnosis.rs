@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use tokenscope_core::analysis::diagnosis::{
-    Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, merge_pd,
+    Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, merge_pd, steps_of,
 };
 use tokenscope_core::analysis::metrics::request_metrics;
 use tokenscope_core::model::RequestTrace;
@@ -38,15 +38,12 @@ async fn together(
     Ok(traces
         .iter()
         .map(|t| {
-            // The iterations are sorted by start: each request reads its own slice.
-            let lo = iterations.partition_point(|it| it.start_ns < t.arrival_ns - CLOCK_SLACK_NS);
-            let hi = iterations.partition_point(|it| it.start_ns <= t.finished_ns);
             // Neighbours outside the request's lifetime are harmless: every rule looks only
             // at prefill inside the request's own intervals.
             diagnose(
                 t,
                 &Context {
-                    iterations: &iterations[lo..hi],
+                    iterations: steps_of(&iterations, t),
                     others: &others,
                 },
                 th,

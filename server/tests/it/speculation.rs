@@ -16,15 +16,7 @@ async fn steps_that_keep_several_tokens_of_a_request_time_and_diagnose_it_right(
     cfg.draft_tokens = 4;
     cfg.draft_acceptance = 0.7;
     let reqs: Vec<SimRequest> = (0..6)
-        .map(|k| SimRequest {
-            id: format!("spec-{k}"),
-            arrival_ns: T0 + k * 100_000_000,
-            ready_ns: T0 + k * 100_000_000,
-            prompt_tokens: 500,
-            output_tokens: 120,
-            cached_tokens: 0,
-            kv_received: false,
-        })
+        .map(|k| SimRequest::new(format!("spec-{k}"), T0 + k * 100_000_000, 500, 120))
         .collect();
     let output = engine::run(&cfg, reqs, &mut Rng::new(4), 1);
     let made: usize = output.requests.iter().map(|r| r.tokens.len()).sum();

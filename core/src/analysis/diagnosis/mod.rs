@@ -287,6 +287,15 @@ pub fn merge(request_id: &str, parts: Vec<Diagnosis>) -> Diagnosis {
     d
 }
 
+/// The steps of `iterations` (by start time) that may have served `r`: from a little before it
+/// arrived (`CLOCK_SLACK_NS`) to its end.
+pub fn steps_of<'a>(iterations: &'a [Iteration], r: &RequestTrace) -> &'a [Iteration] {
+    let lo =
+        iterations.partition_point(|it| it.start_ns < r.arrival_ns - crate::model::CLOCK_SLACK_NS);
+    let hi = iterations.partition_point(|it| it.start_ns <= r.finished_ns);
+    &iterations[lo..hi.max(lo)]
+}
+
 /// A PD request's diagnosis: its parts' (each against its own instance), merged, and — when the
 /// request the client saw broke the TTFT SLO though no part's finding says why — the stretch of
 /// the wait that took most of it: the prefill instance's queue, the prefill, the KV transfer,
