@@ -25,7 +25,7 @@ test("a request page becomes an incident link that tells the story to a colleagu
   const fresh = await other.newPage();
   const resp = await fresh.goto(url);
   expect(resp!.status()).toBe(200);
-  await expect(fresh.getByTestId("incident-story")).toContainText("TPOT 75.5 ms > 50 ms SLO");
+  await expect(fresh.getByTestId("incident-story")).toContainText("TPOT 87.6 ms > 50 ms SLO");
   await expect(fresh.getByTestId("incident-story")).toContainText("pid-prefill-00");
   await expect(fresh.getByTestId("request-id")).toHaveText("pid-victim");
   const img = fresh.getByTestId("incident-waterfall");
@@ -33,7 +33,7 @@ test("a request page becomes an incident link that tells the story to a colleagu
   // The head unfurls in chat and ticket tools.
   const meta = (p: string) => fresh.locator(`meta[property="${p}"], meta[name="${p}"]`).first().getAttribute("content");
   expect(await meta("og:title")).toBe(title);
-  expect(await meta("og:description")).toContain("TPOT 75.5 ms");
+  expect(await meta("og:description")).toContain("TPOT 87.6 ms");
   expect(await meta("og:image")).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/incidents\/[0-9a-f]{32}\/preview\.png$/);
   expect(await meta("twitter:card")).toBe("summary_large_image");
   const png = await fresh.request.get((await meta("og:image"))!);
@@ -46,7 +46,7 @@ test("a request page becomes an incident link that tells the story to a colleagu
   await fresh.getByTestId("copy-for-ticket").click();
   await expect.poll(() => fresh.evaluate(() => (window as any).__tsCopied ?? "")).toContain(`### ${title}`);
   const md: string = await fresh.evaluate(() => (window as any).__tsCopied);
-  expect(md).toContain("TPOT 75.5 ms \\> 50 ms SLO");
+  expect(md).toContain("TPOT 87.6 ms \\> 50 ms SLO");
   expect(md).toContain(`<${url}>`);
   await other.close();
 

@@ -139,7 +139,7 @@ test("prefill-interrupts-decode: the stalled token names its culprits; brushing 
   const token = await stalled.first().getAttribute("data-token");
   await stalled.first().getByRole("button").click();
   await expect(page).toHaveURL(new RegExp(`tok=${token}`));
-  await expect(page.getByTestId("prefilled-meanwhile")).toContainText("12 other requests");
+  await expect(page.getByTestId("prefilled-meanwhile")).toContainText("6 other requests");
   await expect(page.locator(`[data-i="${token}"]`)).toHaveClass(/\bslow\b/);
   // Brush the first half of the bars.
   const box = (await page.getByTestId("token-timeline").boundingBox())!;

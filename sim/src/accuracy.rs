@@ -6,7 +6,7 @@
 //! where its time went, its own prompt, each other request's prompt, the rest of the engine's
 //! work. That ledger, not the diagnosis's rules, says why a request broke an SLO: the component
 //! that took the largest part of the late phase is the cause, and the other requests that took at
-//! least 5 % of it are the culprits. Each request is then diagnosed three ways: with the
+//! least 10 % of it are the culprits. Each request is then diagnosed three ways: with the
 //! engine's step records, with spans only (no steps; one prefill interval per request, as vLLM's
 //! spans give), and with steps shaped like async scheduling (each step starts before the
 //! previous one's tokens are out, as vLLM and SGLang overlap them).
@@ -29,7 +29,7 @@ use tokenscope_core::model::{Iteration, Nanos, OtherRequest, PrefillChunk, Reque
 const MS: Nanos = 1_000_000;
 const SECOND: Nanos = 1_000_000_000;
 /// A culprit took at least this share of the late phase (the diagnosis's threshold too).
-const MATERIAL: f64 = 0.05;
+const MATERIAL: f64 = 0.10;
 /// Two measurements of a share near the threshold can fall on either side of it: scored
 /// "right", a culprit with at least twice the threshold must be named, and none with less than
 /// half of it may be. "Exact" asks for the truth's set at the threshold, no tolerance.
@@ -433,7 +433,7 @@ impl Report {
                     let right = with(MUST).is_subset(&got) && got.is_subset(&with(MAY));
                     row.exact += usize::from(exact);
                     row.right += usize::from(right);
-                    (!right).then(|| {
+                    (!exact).then(|| {
                         let truth: Vec<String> = want
                             .iter()
                             .map(|(id, s)| format!("{id} {:.0} %", s * 100.0))
@@ -534,29 +534,44 @@ mod tests {
     use super::*;
 
     /// Two seeds of the benchmark: no breach called healthy, no finding on a request that met
-    /// its SLOs, and the causes with culprits found and their culprits right, in every shape.
+    /// its SLOs, every cause found, and the culprits exactly the engine's (spans, which only
+    /// know each prompt's interval, within the tolerance).
     #[test]
     fn the_diagnosis_finds_what_the_engine_did() {
         for (shape, r) in run(2) {
             assert_eq!(r.called_healthy, 0, "{shape:?}");
             assert_eq!(r.false_findings, 0, "{shape:?}");
+            let s = &r.rows["TTFT: its own prompt"];
+            assert!(
+                s.expected >= 10 && s.found == s.expected,
+                "{shape:?}: own prompt"
+            );
             for row in [
                 "TTFT: behind other prompts",
                 "TPOT: prompts in its decode",
                 "stall: prompts in the gap",
             ] {
                 let s = &r.rows[row];
-                let (recall, right) = (
-                    s.found as f64 / s.expected as f64,
-                    s.right as f64 / s.with_culprits.max(1) as f64,
-                );
+                let of = |n: usize| n as f64 / s.with_culprits.max(1) as f64;
+                let recall = s.found as f64 / s.expected as f64;
                 assert!(
                     s.expected >= 20,
                     "{shape:?} {row}: only {} cases",
                     s.expected
                 );
                 assert!(recall >= 0.95, "{shape:?} {row}: recall {recall:.3}");
-                assert!(right >= 0.95, "{shape:?} {row}: culprits right {right:.3}");
+                assert!(
+                    of(s.right) >= 0.95,
+                    "{shape:?} {row}: right {:.3}",
+                    of(s.right)
+                );
+                if shape != Shape::Spans {
+                    assert!(
+                        of(s.exact) >= 0.95,
+                        "{shape:?} {row}: exact {:.3}",
+                        of(s.exact)
+                    );
+                }
             }
         }
     }

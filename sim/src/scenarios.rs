@@ -176,8 +176,8 @@ fn with_control(
     }
 }
 
-/// Colocated, no chunking, prefill priority: each new 14k-token prompt takes whole steps while
-/// the decode-heavy request waits for its next token. The control runs the same traffic with
+/// Colocated, no chunking, prefill priority: six 28k-token prompts, each a second of whole
+/// steps, hold the engine while the decode-heavy request waits for its next token. The control runs the same traffic with
 /// chunked prefill (512-token steps), which keeps decode flowing.
 fn prefill_interrupts_decode(rng: &mut Rng, t0: Nanos) -> Scenario {
     let cfg = engine(|c| {
@@ -185,12 +185,12 @@ fn prefill_interrupts_decode(rng: &mut Rng, t0: Nanos) -> Scenario {
         c.token_budget = 16_384;
     });
     let ctl = engine(|c| c.token_budget = 512);
-    let culprits = ids("pid-prefill", 12);
+    let culprits = ids("pid-prefill", 6);
     let traffic =
         |victim: &str, prompt: &dyn Fn(usize) -> String| {
             let mut reqs = vec![SimRequest::new(victim, t0, 200, 100)];
-            reqs.extend((0..12).map(|k| {
-                SimRequest::new(prompt(k), t0 + 300 * MS + k as Nanos * 300 * MS, 14_000, 4)
+            reqs.extend((0..6).map(|k| {
+                SimRequest::new(prompt(k), t0 + 300 * MS + k as Nanos * 600 * MS, 28_000, 4)
             }));
             reqs
         };

@@ -57,7 +57,7 @@ async fn scenarios_show_their_symptoms_through_the_query_api() {
     };
     let stalled = waited_on(&victim);
     assert!(
-        stalled.iter().any(|&(ms, by)| ms > 1000.0 && by == 12),
+        stalled.iter().any(|&(ms, by)| ms > 1000.0 && by == 6),
         "victim tokens waiting on prefills: {stalled:?}"
     );
     assert!(
@@ -186,8 +186,8 @@ async fn waterfall_has_a_track_per_request_and_a_bounded_iteration_lane() {
         "every step fits 5,000 px"
     );
     let tracks = wide["tracks"].as_array().unwrap();
-    assert_eq!(tracks.len(), 13);
-    assert_eq!(wide["rows"], 13);
+    assert_eq!(tracks.len(), 7);
+    assert_eq!(wide["rows"], 7);
     let victim = tracks
         .iter()
         .find(|t| t["request_id"] == "pid-victim")
@@ -225,24 +225,24 @@ async fn waterfall_has_a_track_per_request_and_a_bounded_iteration_lane() {
     // Rows are virtualized: a viewport's worth of tracks, with the total for the scrollbar.
     let page = app
         .get_json(&format!(
-            "/api/v1/waterfall?instance=sim-pid&from={from}&to={to}&first_row=5&rows=3"
+            "/api/v1/waterfall?instance=sim-pid&from={from}&to={to}&first_row=4&rows=3"
         ))
         .await;
-    assert_eq!(page["rows"], 13);
+    assert_eq!(page["rows"], 7);
     let rows: Vec<u64> = page["tracks"]
         .as_array()
         .unwrap()
         .iter()
         .map(|t| t["row"].as_u64().unwrap())
         .collect();
-    assert_eq!(rows, [5, 6, 7]);
+    assert_eq!(rows, [4, 5, 6]);
     assert!(
         page["tracks"][0]["segments"]
             .as_array()
             .is_some_and(|s| !s.is_empty())
     );
     // Every request overlaps the victim here, so compact mode cannot share rows…
-    assert_eq!(narrow["rows"], 13);
+    assert_eq!(narrow["rows"], 7);
     // …but requests that follow one another share one.
     let seq: Vec<_> = (0..3)
         .map(|k| {

@@ -57,7 +57,7 @@ impl Stalls {
         format!("{} gap{}", self.gaps, if self.gaps == 1 { "" } else { "s" })
     }
 
-    /// `while 12 other requests prefilled 168,000 prompt tokens: A 0.62 s (9 %), … and 9 more`,
+    /// `while 6 other requests prefilled 168,000 prompt tokens: A 1.12 s (17 %), … and 3 more`,
     /// naming the material culprits.
     fn who(&self, named: &[Culprit]) -> String {
         let n = self.shares.requests();
@@ -130,7 +130,8 @@ pub(super) fn interrupted_decode(
     ctx: &Context,
     th: &Thresholds,
 ) -> Option<Finding> {
-    let s = Stalls::of(r, th.tpot_ms, ctx).filter(Stalls::explained)?;
+    let mut s = Stalls::of(r, th.tpot_ms, ctx).filter(Stalls::explained)?;
+    s.shares = s.shares.against_prefill();
     let head = format!(
         "TPOT {} > {} SLO: decode stalled {} in {}",
         duration(tpot),

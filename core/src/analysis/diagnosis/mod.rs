@@ -188,59 +188,78 @@ fn thousands(n: u64) -> String {
 
 pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
     let m = request_metrics(r);
-    let mut findings = Vec::new();
+    // Each phase's findings apart: a decode's saturated engine does not explain a late first
+    // token, nor the other way round.
+    let mut decode = Vec::new();
     match m.tpot_ns {
         Some(tpot) if ms(tpot) > th.tpot_ms => {
-            findings.extend(decode::interrupted_decode(r, tpot, ctx, th))
+            decode.extend(decode::interrupted_decode(r, tpot, ctx, th))
         }
-        tpot => findings.extend(decode::frozen_decode(r, tpot, ctx, th)),
+        tpot => decode.extend(decode::frozen_decode(r, tpot, ctx, th)),
     }
+    let wait = first_token_wait(r, m.ttft_ns, th);
+    let mut first = Vec::new();
+    if let Some(wait) = wait {
+        first.extend(first_token::slow_first_token(r, wait, ctx, th));
+    }
+    let preempted = preemption(r);
+    // Every SLO the request broke has a finding, even when no rule above named a cause; a
+    // preemption explains either phase.
+    if let Some(wait) = wait {
+        let seen: Vec<Finding> = first.iter().chain(&preempted).cloned().collect();
+        first.extend(own::first_token_left(r, wait, ctx, th, &seen));
+    }
+    let seen: Vec<Finding> = decode.iter().chain(&preempted).cloned().collect();
+    decode.extend(own::decode_left(r, m.tpot_ns, ctx, th, &seen));
+    let mut findings = decode;
+    findings.extend(first);
+    findings.extend(preempted);
+    findings.extend(words::word_choice(r, th));
+    Diagnosis::of(r.request_id.clone(), findings)
+}
+
+/// How long the request waited for a first token, when that is a finding: it came past the TTFT
+/// SLO, or none came before it was given up on after waiting past the SLO or the stall threshold
+/// (a client's timeout, a queue that refused it). A client that gives up sooner is no incident.
+fn first_token_wait(r: &RequestTrace, ttft: Option<Nanos>, th: &Thresholds) -> Option<Wait> {
     let waited = r.finished_ns - r.arrival_ns;
-    let wait = if let Some(ttft) = m.ttft_ns.filter(|&t| ms(t) > th.ttft_ms) {
+    if let Some(ttft) = ttft.filter(|&t| ms(t) > th.ttft_ms) {
         Some(Wait::Late(ttft))
-    } else if m.ttft_ns.is_none()
+    } else if ttft.is_none()
         && r.finish_reason == FinishReason::Abort
         && r.tokens.is_empty()
         && ms(waited) > th.ttft_ms.min(th.stall_ms)
     {
-        // Given up on before any answer (a client's timeout, a queue that refused it) after
-        // waiting past the SLO or the stall threshold: whoever kept it from its first step is
-        // the cause. A client that gives up sooner is no incident.
         Some(Wait::Abandoned(waited))
     } else {
         None
-    };
-    if let Some(wait) = wait {
-        findings.extend(first_token::slow_first_token(r, wait, ctx, th));
     }
-    if !r.preemptions.is_empty() {
-        let lost: Nanos = r
-            .preemptions
-            .iter()
-            .map(|p| p.resumed_ns.unwrap_or(r.finished_ns) - p.at_ns)
-            .sum();
-        let recompute = r.preemptions.iter().filter(|p| p.recompute).count();
-        findings.push(Finding {
-            cause: Cause::KvPreempted,
-            severity: Severity::Warning,
-            summary: format!(
-                "Preempted {} time{} when the KV cache ran out ({recompute} with recompute), losing {} before it resumed.",
-                r.preemptions.len(),
-                if r.preemptions.len() == 1 { "" } else { "s" },
-                duration(lost)
-            ),
-            culprits: Vec::new(),
-            evidence: serde_json::json!({ "preemptions": r.preemptions, "lost_ms": ms(lost) }),
-            inferred: false,
-        });
+}
+
+/// The request's preemptions, as one finding.
+fn preemption(r: &RequestTrace) -> Option<Finding> {
+    if r.preemptions.is_empty() {
+        return None;
     }
-    // Every SLO the request broke has a finding, even when no rule above named a cause.
-    if let Some(wait) = wait {
-        findings.extend(own::first_token_left(r, wait, ctx, th, &findings));
-    }
-    findings.extend(own::decode_left(r, m.tpot_ns, ctx, th, &findings));
-    findings.extend(words::word_choice(r, th));
-    Diagnosis::of(r.request_id.clone(), findings)
+    let lost: Nanos = r
+        .preemptions
+        .iter()
+        .map(|p| p.resumed_ns.unwrap_or(r.finished_ns) - p.at_ns)
+        .sum();
+    let recompute = r.preemptions.iter().filter(|p| p.recompute).count();
+    Some(Finding {
+        cause: Cause::KvPreempted,
+        severity: Severity::Warning,
+        summary: format!(
+            "Preempted {} time{} when the KV cache ran out ({recompute} with recompute), losing {} before it resumed.",
+            r.preemptions.len(),
+            if r.preemptions.len() == 1 { "" } else { "s" },
+            duration(lost)
+        ),
+        culprits: Vec::new(),
+        evidence: serde_json::json!({ "preemptions": r.preemptions, "lost_ms": ms(lost) }),
+        inferred: false,
+    })
 }
 
 impl Diagnosis {
@@ -720,16 +739,17 @@ mod tests {
     #[test]
     fn a_queue_of_many_prompts_stays_a_queue() {
         let r = request("late", 2400, &[2500, 2510]);
-        let others: Vec<_> = (0..10)
-            .map(|k| other(&format!("p{k}"), 4000, &[(k * 240, k * 240 + 240)]))
+        let others: Vec<_> = (0..8)
+            .map(|k| other(&format!("p{k}"), 4000, &[(k * 300, k * 300 + 300)]))
             .collect();
         let d = run(&r, &others);
-        // Ten prompts, 10 % of the wait each: too many to have "held" it, but known, so listed.
-        let ids: Vec<String> = (0..10).map(|k| format!("p{k}")).collect();
+        // Eight prompts, 12.5 % of the wait each: too many to have "held" it, but known, so
+        // listed.
+        let ids: Vec<String> = (0..8).map(|k| format!("p{k}")).collect();
         assert_eq!(causes(&d), [("queue_backlog", ids)]);
         let s = &d.findings[0].summary;
         assert!(
-            s.contains("prefilling meanwhile: p0 240.0 ms (10 %), p1 240.0 ms (10 %), p2 240.0 ms (10 %) and 7 more"),
+            s.contains("prefilling meanwhile: p0 300.0 ms (12 %), p1 300.0 ms (12 %), p2 300.0 ms (12 %) and 5 more"),
             "{s}"
         );
     }

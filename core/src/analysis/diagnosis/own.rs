@@ -5,7 +5,7 @@
 
 use super::first_token::Wait;
 use super::{Cause, Context, Finding, Severity, Thresholds, duration, ms, slo_text, thousands};
-use crate::model::{Nanos, Phase, RequestTrace};
+use crate::model::{Nanos, OtherRequest, Phase, RequestTrace};
 
 /// Causes that explain a late (or missing) first token.
 const FIRST_TOKEN: [Cause; 5] = [
@@ -40,11 +40,18 @@ fn own_prefill(r: &RequestTrace) -> Nanos {
     }
 }
 
-/// Prompt tokens per second of the other requests' prefills around it, and how many there were:
-/// what this instance usually manages.
+/// Prompt tokens per second of the other requests prefilled during its lifetime, and how many
+/// there were: what this instance usually manages. Only those: the context may hold more
+/// neighbours (a window's), and the answer must not depend on how many were read.
 fn usual_prefill_rate(r: &RequestTrace, ctx: &Context) -> Option<(f64, usize)> {
     let (mut tokens, mut time, mut n) = (0u64, 0 as Nanos, 0);
-    for o in ctx.others.iter().filter(|o| o.request_id != r.request_id) {
+    let around = |o: &&OtherRequest| {
+        o.request_id != r.request_id
+            && o.prefill
+                .iter()
+                .any(|&(s, e, _)| e > r.arrival_ns && s < r.finished_ns)
+    };
+    for o in ctx.others.iter().filter(around) {
         let t: Nanos = o.prefill.iter().map(|&(s, e, _)| e - s).sum();
         if t > 0 {
             tokens += o.prefill.iter().map(|&(_, _, k)| u64::from(k)).sum::<u64>();
@@ -277,12 +284,22 @@ mod tests {
             output_tokens: 4,
             ..RequestTrace::default()
         };
-        let neighbour = OtherRequest {
-            request_id: "n".into(),
+        // One neighbour prefilled while it decoded; another a minute later, which a window's
+        // read would also hold: it says nothing of this request and must not change its answer.
+        let neighbour = |id: &str, from_ms: i64| OtherRequest {
+            request_id: id.into(),
             prompt_tokens: 40_000,
-            prefill: vec![(3_000 * MS, 3_800 * MS, 40_000)],
+            prefill: vec![(from_ms * MS, (from_ms + 800) * MS, 40_000)],
         };
-        let d = run(&r, &[], &[neighbour]);
+        let d = run(&r, &[], &[neighbour("n", 2_200)]);
+        assert_eq!(
+            run(
+                &r,
+                &[],
+                &[neighbour("n", 2_200), neighbour("later", 60_000)]
+            ),
+            d
+        );
         assert_eq!(d.verdict, Verdict::Degraded);
         assert_eq!(causes(&d), [("long_prompt", vec![])]);
         let f = &d.findings[0];

@@ -20,10 +20,63 @@
 use std::collections::BTreeMap;
 
 use super::{Context, duration, ms};
-use crate::model::{Nanos, Phase};
+use crate::model::{Iteration, Nanos, Phase};
 
 /// The share of the lost time that makes a culprit worth naming.
-pub const MATERIAL: f64 = 0.05;
+pub const MATERIAL: f64 = 0.10;
+
+/// The context length at which a prompt token's attention costs as much as its pass through the
+/// linear layers (parameters / (2 · layers · hidden): 31k tokens for Llama-3.1-8B, 54k for
+/// 70B). A chunk late in a long prompt costs more per token than a short prompt does.
+const ATTENTION_EVEN_TOKENS: f64 = 40_000.0;
+
+/// The compute of a prefill chunk of `n` tokens after `offset` already computed, in units of
+/// one context-free token: the linear layers, and causal attention over everything before.
+fn chunk_cost(n: u32, offset: u32) -> f64 {
+    let (n, o) = (f64::from(n), f64::from(offset));
+    n * (1.0 + (o + n / 2.0) / ATTENTION_EVEN_TOKENS)
+}
+
+/// What a step of decodes alone takes on this instance: the median of the steps without a
+/// prefill (none: unknown). A step's prefills cost it what it took beyond that.
+fn decode_only_ns(steps: &[Iteration]) -> Option<Nanos> {
+    let mut alone: Vec<Nanos> = steps
+        .iter()
+        .filter(|it| it.batch.iter().all(|e| e.phase != Phase::Prefill))
+        .filter(|it| !it.batch.is_empty())
+        .map(|it| it.end_ns - it.start_ns)
+        .collect();
+    if alone.len() < 3 {
+        return None;
+    }
+    let mid = alone.len() / 2;
+    Some(*alone.select_nth_unstable(mid).1)
+}
+
+/// The fraction of a step its prefills took: what the step took beyond its decodes alone
+/// (`decode_only`), or without that figure, the prefill tokens' share of the step's tokens.
+fn prefill_part(it: &Iteration, decode_only: Option<Nanos>) -> f64 {
+    let tokens = |phase: Option<Phase>| -> f64 {
+        it.batch
+            .iter()
+            .filter(|e| phase.is_none_or(|p| e.phase == p))
+            .map(|e| f64::from(e.tokens))
+            .sum()
+    };
+    let prefill = tokens(Some(Phase::Prefill));
+    if prefill == 0.0 {
+        return 0.0;
+    }
+    let took = (it.end_ns - it.start_ns).max(1) as f64;
+    let has_decodes = it.batch.iter().any(|e| e.phase != Phase::Prefill);
+    match decode_only {
+        Some(alone) if has_decodes => ((took - alone as f64) / took).clamp(0.0, 1.0),
+        // Prefills alone took the whole step (its fixed costs too: without them it would not
+        // have run).
+        Some(_) => 1.0,
+        None => prefill / tokens(None).max(1.0),
+    }
+}
 
 /// At most this many culprits are named in a sentence; the rest are counted.
 const IN_SENTENCE: usize = 3;
@@ -64,65 +117,90 @@ impl Shares {
     }
 
     fn add_steps(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) {
-        let mut ended: Vec<&crate::model::Iteration> = ctx
+        let mut ended: Vec<&Iteration> = ctx
             .iterations
             .iter()
             .filter(|it| it.end_ns > from && it.end_ns <= to)
             .collect();
         ended.sort_by_key(|it| (it.end_ns, it.start_ns));
+        let decode_only = decode_only_ns(ctx.iterations);
         let mut covered = from;
         for it in ended {
             let overlap = (it.end_ns - it.start_ns.max(covered)).max(0);
             covered = covered.max(it.end_ns);
+            if overlap == 0 {
+                continue;
+            }
             let inside = overlap as f64 / (it.end_ns - it.start_ns).max(1) as f64;
-            let total = f64::from(it.batch.iter().map(|e| e.tokens).sum::<u32>().max(1));
+            let prefill_part = prefill_part(it, decode_only) * overlap as f64;
+            let weight: f64 = it
+                .batch
+                .iter()
+                .filter(|e| e.phase == Phase::Prefill)
+                .map(|e| chunk_cost(e.tokens, e.prefill_offset))
+                .sum();
             for e in it.batch.iter().filter(|e| e.phase == Phase::Prefill) {
+                let held =
+                    (prefill_part * chunk_cost(e.tokens, e.prefill_offset) / weight) as Nanos;
                 if *e.request_id == *victim {
-                    self.own += (overlap as f64 * f64::from(e.tokens) / total) as Nanos;
+                    self.own += held;
                     continue;
                 }
                 let slot = self.by.entry(e.request_id.to_string()).or_default();
-                slot.0 += (overlap as f64 * f64::from(e.tokens) / total) as Nanos;
+                slot.0 += held;
                 slot.1 += (f64::from(e.tokens) * inside).round() as u64;
             }
         }
     }
 
     /// Sweeps the window's elementary segments: in each, the prefill intervals active then share
-    /// its time by their tokens.
+    /// its time by the compute each was doing per second (its cost over its interval's length):
+    /// a short prompt prefilled beside a long one for a few steps had a fair part of those steps,
+    /// not its tokens' part of the long prompt's.
     fn add_spans(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) {
-        let intervals: Vec<(Nanos, Nanos, u32, &str)> = ctx
+        let intervals: Vec<(Nanos, Nanos, u32, f64, &str)> = ctx
             .others
             .iter()
             .flat_map(|o| {
                 o.prefill
                     .iter()
                     .filter(|&&(s, e, _)| e > from && s < to && e > s)
-                    .map(move |&(s, e, k)| (s, e, k.max(1), o.request_id.as_str()))
+                    .map(move |&(s, e, k)| {
+                        let rate = chunk_cost(k.max(1), 0) / (e - s) as f64;
+                        (s, e, k.max(1), rate, o.request_id.as_str())
+                    })
             })
             .collect();
         let mut cuts: Vec<Nanos> = intervals
             .iter()
-            .flat_map(|&(s, e, _, _)| [s.max(from), e.min(to)])
+            .flat_map(|&(s, e, ..)| [s.max(from), e.min(to)])
             .collect();
         cuts.sort_unstable();
         cuts.dedup();
         for w in cuts.windows(2) {
             let (a, b) = (w[0], w[1]);
             let active: Vec<_> = intervals.iter().filter(|i| i.0 <= a && i.1 >= b).collect();
-            let weight: f64 = active.iter().map(|i| f64::from(i.2)).sum();
-            for &&(s, e, k, id) in &active {
-                let part = f64::from(k) / weight;
+            let weight: f64 = active.iter().map(|i| i.3).sum();
+            for &&(s, e, k, rate, id) in &active {
+                let held = ((b - a) as f64 * rate / weight) as Nanos;
                 if id == victim {
-                    self.own += ((b - a) as f64 * part) as Nanos;
+                    self.own += held;
                     continue;
                 }
                 let slot = self.by.entry(id.to_string()).or_default();
-                slot.0 += ((b - a) as f64 * part) as Nanos;
+                slot.0 += held;
                 // Tokens by the part of its interval inside this segment.
                 slot.1 += (f64::from(k) * (b - a) as f64 / (e - s) as f64).round() as u64;
             }
         }
+    }
+
+    /// Weighs the culprits against the time all other prompts took instead of the whole window:
+    /// a slow mean (TPOT) lost what the prompts took from the decode, while a wait or a stall
+    /// lost the window itself.
+    pub fn against_prefill(mut self) -> Self {
+        self.lost = self.prefill().max(1);
+        self
     }
 
     /// Every culprit, the one that held the engine longest first.
@@ -222,7 +300,7 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_prefills_share_their_time_and_never_exceed_the_window() {
+    fn overlapping_prefills_share_their_time_by_compute_and_never_exceed_the_window() {
         // Two prompts prefilled together over the whole 1 s window, a third alone after it.
         let others = [
             other("a", 30_000, 0, 1_000),
@@ -236,13 +314,89 @@ mod tests {
         let mut s = Shares::default();
         s.add("v", 0, 1_000 * MS, &ctx);
         assert_eq!(s.lost, 1_000 * MS);
-        assert!(s.prefill() <= s.lost);
+        assert!(s.prefill() <= s.lost && s.prefill() > s.lost - 2);
         let all = s.all();
-        assert_eq!(all[0].id, "a");
-        assert_eq!(all[0].held, 750 * MS);
-        assert_eq!(all[1].held, 250 * MS);
         assert_eq!(all.len(), 2, "c is outside the window");
-        assert_eq!(s.sentence(&all), "a 750.0 ms (75 %), b 250.0 ms (25 %)");
+        // a's tokens attend over a longer prompt: 30,000 × (1 + 15,000 / 40,000) against
+        // 10,000 × (1 + 5,000 / 40,000), so it had 11/14 of the window, not 3/4.
+        assert_eq!((all[0].id.as_str(), all[0].held / MS), ("a", 785));
+        assert_eq!((all[1].id.as_str(), all[1].held / MS), ("b", 214));
+        assert_eq!(s.sentence(&all), "a 785.7 ms (79 %), b 214.3 ms (21 %)");
+    }
+
+    #[test]
+    fn a_short_prompt_beside_a_long_one_has_its_part_of_those_steps() {
+        // A 40k-token prompt prefilled over 2 s; a 2k-token one beside it for 100 ms. By tokens
+        // the short one would have 2k / 42k of those 100 ms; it computed at 20k tokens/s, as
+        // much as the long one did then (40k over 2 s, each token dearer), so about half.
+        let others = [
+            other("long", 40_000, 0, 2_000),
+            other("short", 2_000, 500, 600),
+        ];
+        let ctx = Context {
+            iterations: &[],
+            others: &others,
+        };
+        let mut s = Shares::default();
+        s.add("v", 0, 2_000 * MS, &ctx);
+        let short = s.all().into_iter().find(|c| c.id == "short").unwrap();
+        assert!(
+            (35 * MS..=55 * MS).contains(&short.held),
+            "{} ms",
+            short.held / MS
+        );
+    }
+
+    fn step(id: u64, start_ms: i64, end_ms: i64, batch: &[(&str, Phase, u32, u32)]) -> Iteration {
+        Iteration {
+            iteration_id: id,
+            start_ns: start_ms * MS,
+            end_ns: end_ms * MS,
+            batch: batch
+                .iter()
+                .map(
+                    |&(r, phase, tokens, prefill_offset)| crate::model::BatchEntry {
+                        request_id: r.into(),
+                        phase,
+                        tokens,
+                        prefill_offset,
+                    },
+                )
+                .collect(),
+            running: batch.len() as u32,
+            waiting: 0,
+            kv_cache_usage: 0.5,
+        }
+    }
+
+    #[test]
+    fn a_step_s_prefills_cost_what_it_took_beyond_its_decodes_alone() {
+        use Phase::{Decode, Prefill};
+        let decodes = |n: usize| -> Vec<(&str, Phase, u32, u32)> {
+            (0..n).map(|_| ("d", Decode, 1, 0)).collect()
+        };
+        // Decodes alone take 10 ms a step on this instance.
+        let mut steps: Vec<Iteration> = (0..4)
+            .map(|k| step(k, k as i64 * 10, k as i64 * 10 + 10, &decodes(50)))
+            .collect();
+        // Then a 100 ms step: 50 decodes, 8k tokens of a long prompt late in it (offset 32k),
+        // and a 2k-token short prompt.
+        let mut batch = decodes(50);
+        batch.push(("long", Prefill, 6_000, 32_000));
+        batch.push(("short", Prefill, 2_000, 0));
+        steps.push(step(9, 40, 140, &batch));
+        let ctx = Context {
+            iterations: &steps,
+            others: &[],
+        };
+        let mut s = Shares::default();
+        s.add("v", 40 * MS, 140 * MS, &ctx);
+        // The prefills added 90 ms; the long chunk's tokens each cost 1 + 35k / 40k, the short
+        // prompt's 1 + 1k / 40k: 11,250 against 2,050 of compute.
+        let held: BTreeMap<String, Nanos> = s.all().into_iter().map(|c| (c.id, c.held)).collect();
+        assert_eq!(held["long"] / MS, 76);
+        assert_eq!(held["short"] / MS, 13);
+        assert_eq!(s.prefill() / MS, 89, "{} ns", s.prefill());
     }
 
     #[test]
