@@ -134,6 +134,11 @@ pub struct ServeArgs {
     /// capability), so links unfurl in chat and tickets.
     #[arg(long, env = "TOKENSCOPE_PUBLIC_INCIDENTS")]
     pub public_incidents: bool,
+    /// Seconds without new data around a request before its diagnosis is stored (late exports
+    /// queue their neighbours again); 0 stores none (every diagnosis is then computed when
+    /// asked).
+    #[arg(long, env = "TOKENSCOPE_FINDINGS_SETTLE_S", default_value_t = 5.0)]
+    pub findings_settle_s: f64,
 }
 
 impl ServeArgs {
@@ -154,6 +159,8 @@ impl ServeArgs {
                 trusted_user_header: self.trusted_user_header.clone(),
                 public_incidents: self.public_incidents,
             },
+            findings_settle: (self.findings_settle_s > 0.0)
+                .then(|| std::time::Duration::from_secs_f64(self.findings_settle_s)),
         }
     }
 }

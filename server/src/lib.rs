@@ -8,6 +8,7 @@ pub mod clock;
 pub mod demo;
 pub mod error;
 pub mod export;
+pub mod findings;
 pub mod fixtures;
 pub mod fuzz;
 pub mod ingest;

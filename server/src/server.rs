@@ -48,6 +48,9 @@ pub struct Config {
     pub assembly_timeout: Duration,
     /// Who may send and read; everyone by default.
     pub access: AccessConfig,
+    /// Store each request's diagnosis once no data has touched its lifetime for this long
+    /// (`query::findings`); `None` runs no worker (the findings are then computed when asked).
+    pub findings_settle: Option<Duration>,
 }
 
 /// How long a stopping server waits for requests in flight before it exits anyway.
@@ -211,6 +214,9 @@ pub async fn start(config: Config) -> Result<Running> {
 
     if config.retention_days > 0 {
         tokio::spawn(retention_loop(store.clone(), config.retention_days));
+    }
+    if let Some(settle) = config.findings_settle {
+        tokio::spawn(crate::findings::run(store.clone(), settle));
     }
     tracing::info!(%http_addr, %grpc_addr, "tokenscope is serving");
     Ok(Running {

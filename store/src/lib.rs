@@ -7,6 +7,7 @@ pub mod batch;
 pub mod batch_block;
 mod bytes;
 mod context;
+mod diagnoses;
 mod error;
 mod incidents;
 mod latency;
@@ -26,6 +27,7 @@ use sqlx::{PgPool, postgres::PgPoolOptions};
 
 use tokenscope_core::model::Nanos;
 
+pub use diagnoses::{DiagnosisRow, Due, Stored, WorkerLock};
 pub use error::{Error, Result};
 
 pub use incidents::IncidentRow;

@@ -30,24 +30,24 @@ pub struct Loaded {
 }
 
 /// A `requests` row with its instance and model, as the loaders select it.
-struct StoredRequest {
-    request_id: String,
-    instance_id: i32,
-    engine: String,
-    instance_key: String,
-    role: String,
-    model_id: i32,
-    model: String,
-    arrival_ns: Nanos,
-    finished_ns: Nanos,
-    prompt_tokens: i32,
-    output_tokens: i32,
-    cached_tokens: i32,
-    finish_reason: String,
-    trace_id: Option<Vec<u8>>,
-    parent_span_id: Option<Vec<u8>>,
-    detail: serde_json::Value,
-    tokens: Option<Vec<u8>>,
+pub(crate) struct StoredRequest {
+    pub(crate) request_id: String,
+    pub(crate) instance_id: i32,
+    pub(crate) engine: String,
+    pub(crate) instance_key: String,
+    pub(crate) role: String,
+    pub(crate) model_id: i32,
+    pub(crate) model: String,
+    pub(crate) arrival_ns: Nanos,
+    pub(crate) finished_ns: Nanos,
+    pub(crate) prompt_tokens: i32,
+    pub(crate) output_tokens: i32,
+    pub(crate) cached_tokens: i32,
+    pub(crate) finish_reason: String,
+    pub(crate) trace_id: Option<Vec<u8>>,
+    pub(crate) parent_span_id: Option<Vec<u8>>,
+    pub(crate) detail: serde_json::Value,
+    pub(crate) tokens: Option<Vec<u8>>,
 }
 
 /// A request of a list: the columns derived at ingest, no tokens.
@@ -315,7 +315,7 @@ impl Store {
 
     /// A stored row as the model: the detail applied, the token block decoded, texts from the
     /// model's vocabulary filled in.
-    async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
+    pub(crate) async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
         let detail = Detail::parse(row.detail)?;
         let tokens = match &row.tokens {
             None => Vec::new(),

@@ -1,23 +1,25 @@
 //! Diagnoses: one request's (a PD request's parts each on their own instance, merged) and a
-//! window's degraded requests, worst first, each read with its surroundings in one go.
+//! window's degraded requests, worst first. With the default thresholds they are read from the
+//! stored findings (`findings`) where those are settled, and computed here, each request with
+//! its surroundings read in one go, where data is still arriving or thresholds differ.
 
 use std::collections::BTreeMap;
 
 use tokenscope_core::analysis::diagnosis::{
     Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, merge_pd, steps_of,
 };
-use tokenscope_core::analysis::metrics::request_metrics;
-use tokenscope_core::model::RequestTrace;
+use tokenscope_core::model::{Nanos, RequestTrace};
 
+use super::findings::{excess, parse, worst};
 use crate::error::Result;
-use crate::store::{CLOCK_SLACK_NS, Loaded, RequestFilter, Store};
+use crate::store::{CLOCK_SLACK_NS, Loaded, RequestFilter, Store, Stored};
 
 /// Requests diagnosed together from one read of their surroundings (`GET /api/v1/diagnosis`).
 const PAGE: i64 = 256;
 
 /// Diagnoses requests of one instance (`traces` in arrival order) from one read of the
 /// iterations and neighbours around all of them, instead of three queries per request.
-async fn together(
+pub(super) async fn together(
     store: &Store,
     instance_id: i32,
     traces: &[&RequestTrace],
@@ -67,6 +69,17 @@ pub async fn request(
 /// steps and neighbours (its prefill waited on one engine, its answer on another), merged.
 pub async fn loaded(store: &Store, l: &Loaded, th: &Thresholds) -> Result<Diagnosis> {
     if l.parts.is_empty() {
+        if *th == Thresholds::default() {
+            let t = &l.trace;
+            match store
+                .stored_diagnosis(l.instance_id, &t.request_id, t.arrival_ns, t.finished_ns)
+                .await?
+            {
+                Stored::Settled(Some(row)) => return parse(row),
+                Stored::Settled(None) => return Ok(Diagnosis::healthy(t.request_id.clone())),
+                Stored::Pending => {}
+            }
+        }
         let mut one = together(store, l.instance_id, &[&l.trace], th).await?;
         return Ok(one.remove(0));
     }
@@ -81,9 +94,75 @@ pub async fn loaded(store: &Store, l: &Loaded, th: &Thresholds) -> Result<Diagno
     Ok(merge_pd(&l.trace, &parts, each, th))
 }
 
+/// The degraded requests of a window, worst first: at most `limit`. With the default
+/// thresholds and a filter of instances and time only, the settled part is a query of the stored
+/// findings and the stretches still waiting for the worker are diagnosed here; otherwise the
+/// first `limit` requests that match `f` are diagnosed.
+pub async fn window(
+    store: &Store,
+    f: &RequestFilter,
+    th: &Thresholds,
+    limit: i64,
+) -> Result<Vec<Diagnosis>> {
+    let stored_fits = *th == Thresholds::default()
+        && f.engine.is_none()
+        && f.engine_version.is_none()
+        && f.model.is_none();
+    if !stored_fits {
+        return computed(store, f, th, limit).await;
+    }
+    let instances = match f.instance_list() {
+        Some(keys) => Some(store.instance_ids(keys).await?),
+        None => None,
+    };
+    let (from, to) = (
+        f.from_ns.unwrap_or(Nanos::MIN),
+        f.to_ns.unwrap_or(Nanos::MAX),
+    );
+    let mut out = Vec::new();
+    for (_, row) in store
+        .stored_diagnoses(instances.as_deref(), from, to, limit)
+        .await?
+    {
+        let d = parse(row.diagnosis)?;
+        out.push((worst(&d), row.excess, d));
+    }
+    for (instance_id, lo, hi) in store
+        .pending_diagnosis(instances.as_deref(), from, to)
+        .await?
+    {
+        let mut after = None;
+        loop {
+            let page = store
+                .load_alive(instance_id, lo, hi, after.as_ref(), PAGE)
+                .await?;
+            let traces: Vec<&RequestTrace> = page
+                .iter()
+                .map(|l| &l.trace)
+                .filter(|t| t.arrival_ns >= from && t.arrival_ns < to)
+                .collect();
+            for (t, d) in traces
+                .iter()
+                .zip(together(store, instance_id, &traces, th).await?)
+            {
+                if d.verdict == Verdict::Degraded {
+                    out.push((worst(&d), excess(t, th), d));
+                }
+            }
+            match page.last() {
+                Some(l) if page.len() == PAGE as usize => {
+                    after = Some((l.trace.arrival_ns, l.trace.request_id.clone()))
+                }
+                _ => break,
+            }
+        }
+    }
+    Ok(worst_first(out, limit))
+}
+
 /// The degraded requests among the first `limit` that match `f` (its instances, engine,
 /// model and window), worst first.
-pub async fn window(
+async fn computed(
     store: &Store,
     f: &RequestFilter,
     th: &Thresholds,
@@ -106,29 +185,26 @@ pub async fn window(
         for (instance_id, traces) in by_instance {
             let diagnoses = together(store, instance_id, &traces, th).await?;
             for (trace, d) in traces.into_iter().zip(diagnoses) {
-                if d.verdict != Verdict::Degraded {
-                    continue;
+                if d.verdict == Verdict::Degraded {
+                    out.push((worst(&d), excess(trace, th), d));
                 }
-                let m = request_metrics(trace);
-                let excess = [
-                    m.ttft_ns.map_or(0.0, |t| t as f64 / 1e6 / th.ttft_ms),
-                    m.tpot_ns.map_or(0.0, |t| t as f64 / 1e6 / th.tpot_ms),
-                ]
-                .into_iter()
-                .fold(0.0, f64::max);
-                let worst = d
-                    .findings
-                    .iter()
-                    .map(|f| f.severity)
-                    .max()
-                    .unwrap_or(Severity::Info);
-                out.push((worst, excess, d));
             }
         }
         if page.len() < PAGE as usize {
             break;
         }
     }
-    out.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));
-    Ok(out.into_iter().map(|(_, _, d)| d).collect())
+    Ok(worst_first(out, limit))
+}
+
+/// Worst severity first, then furthest past its SLO; then by id, so that the order does not
+/// depend on where each diagnosis came from.
+fn worst_first(mut out: Vec<(Severity, f64, Diagnosis)>, limit: i64) -> Vec<Diagnosis> {
+    out.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then(b.1.total_cmp(&a.1))
+            .then(a.2.request_id.cmp(&b.2.request_id))
+    });
+    out.truncate(limit.max(0) as usize);
+    out.into_iter().map(|(_, _, d)| d).collect()
 }

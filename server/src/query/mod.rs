@@ -3,6 +3,7 @@
 //! persistence (it imports nothing from analysis or the API).
 
 pub mod diagnosis;
+pub mod findings;
 pub mod incidents;
 pub mod latency;
 pub mod requests;

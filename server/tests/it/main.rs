@@ -12,6 +12,7 @@ mod diagnosis_snapshots;
 mod durability;
 mod explorer_api;
 mod export;
+mod findings;
 mod import;
 mod incidents;
 mod ingest_batches;

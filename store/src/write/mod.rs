@@ -242,6 +242,10 @@ impl Store {
         .await?
         .rows_affected();
         let iterations = iterations::insert(&mut tx, instance_id, batch).await?;
+        if inserted > 0 || iterations > 0 {
+            // What was diagnosed around this stretch may change: the worker takes it again.
+            Store::enqueue_diagnosis(&mut tx, instance_id, first_seen, last_seen).await?;
+        }
         tx.commit().await?;
         Ok(Stored {
             accepted_requests: inserted,

@@ -265,6 +265,11 @@ fn preemption(r: &RequestTrace) -> Option<Finding> {
 impl Diagnosis {
     /// The diagnosis these findings make: the most severe first; speed degraded by any timing
     /// finding, words by a word-choice finding above info.
+    /// A request with nothing found.
+    pub fn healthy(request_id: String) -> Self {
+        Self::of(request_id, Vec::new())
+    }
+
     fn of(request_id: String, mut findings: Vec<Finding>) -> Self {
         findings.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.cause.cmp(&b.cause)));
         let degraded = |any: bool| {

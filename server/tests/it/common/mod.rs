@@ -86,6 +86,8 @@ pub fn spawn_config(database_url: String) -> Config {
         retention_days: 0,
         assembly_timeout: std::time::Duration::from_secs(2),
         access: Default::default(),
+        // Off unless a test turns it on: the others read diagnoses computed when asked.
+        findings_settle: None,
     }
 }
 

@@ -1,0 +1,125 @@
+//! Findings as data: each request's diagnosis stored once its neighbourhood has settled, the
+//! same `diagnose` the on-demand endpoints run (`diagnosis::together`), with default thresholds.
+//!
+//! The rule for late and out-of-order data: every stored batch queues the stretch of its
+//! instance's time it touched (`store::diagnoses`); a stretch is taken once no data has been
+//! added to the queue for `settle`, and every request of the instance alive in it is diagnosed
+//! again. A culprit exported after its victims were diagnosed therefore queues their lifetime,
+//! and their stored findings change one settle period later.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokenscope_core::analysis::diagnosis::{Diagnosis, Severity, Thresholds, Verdict};
+use tokenscope_core::analysis::metrics::request_metrics;
+use tokenscope_core::model::{Nanos, RequestTrace};
+
+use crate::error::{Error, Result};
+use crate::store::{DiagnosisRow, Store};
+
+/// Requests diagnosed and written at a time.
+const PAGE: i64 = 256;
+
+/// Queue rows taken at a time.
+const TAKE: i64 = 10_000;
+
+/// How far past its SLO a request was: TTFT or TPOT over its SLO, the larger (the window
+/// listing's second key, after the worst severity).
+pub fn excess(r: &RequestTrace, th: &Thresholds) -> f64 {
+    let m = request_metrics(r);
+    [
+        m.ttft_ns.map_or(0.0, |t| t as f64 / 1e6 / th.ttft_ms),
+        m.tpot_ns.map_or(0.0, |t| t as f64 / 1e6 / th.tpot_ms),
+    ]
+    .into_iter()
+    .fold(0.0, f64::max)
+}
+
+/// The worst severity among a diagnosis's findings.
+pub fn worst(d: &Diagnosis) -> Severity {
+    d.findings
+        .iter()
+        .map(|f| f.severity)
+        .max()
+        .unwrap_or(Severity::Info)
+}
+
+/// A diagnosis as its row; `None` for a healthy request (no row).
+pub fn row_of(r: &RequestTrace, d: &Diagnosis) -> Result<Option<DiagnosisRow>> {
+    if d.verdict == Verdict::Healthy {
+        return Ok(None);
+    }
+    let causes: BTreeSet<&str> = d.findings.iter().map(|f| f.cause.name()).collect();
+    let culprits: BTreeSet<&str> = d
+        .findings
+        .iter()
+        .flat_map(|f| f.culprits.iter().map(String::as_str))
+        .collect();
+    Ok(Some(DiagnosisRow {
+        request_id: r.request_id.clone(),
+        arrival_ns: r.arrival_ns,
+        finished_ns: r.finished_ns,
+        speed_degraded: d.speed == Verdict::Degraded,
+        words_degraded: d.words == Verdict::Degraded,
+        worst: worst(d) as i16,
+        excess: excess(r, &Thresholds::default()),
+        causes: causes.into_iter().map(String::from).collect(),
+        culprits: culprits.into_iter().map(String::from).collect(),
+        diagnosis: serde_json::to_value(d)
+            .map_err(|e| Error::Internal(format!("a diagnosis does not serialise: {e}")))?,
+    }))
+}
+
+/// A stored diagnosis back as the API's type.
+pub fn parse(value: serde_json::Value) -> Result<Diagnosis> {
+    serde_json::from_value(value)
+        .map_err(|e| Error::Internal(format!("a stored diagnosis is unreadable: {e}")))
+}
+
+/// Diagnoses every request of an instance alive in `[from, to]` and stores the result; returns
+/// how many requests it diagnosed.
+pub async fn diagnose_stretch(
+    store: &Store,
+    instance_id: i32,
+    from: Nanos,
+    to: Nanos,
+) -> Result<usize> {
+    let th = Thresholds::default();
+    let (mut after, mut done) = (None, 0);
+    loop {
+        let page = store
+            .load_alive(instance_id, from, to, after.as_ref(), PAGE)
+            .await?;
+        let traces: Vec<&RequestTrace> = page.iter().map(|l| &l.trace).collect();
+        let diagnoses = super::diagnosis::together(store, instance_id, &traces, &th).await?;
+        let mut rows = Vec::new();
+        for (t, d) in traces.iter().zip(&diagnoses) {
+            rows.extend(row_of(t, d)?);
+        }
+        let keys: Vec<(String, Nanos)> = traces
+            .iter()
+            .map(|t| (t.request_id.clone(), t.arrival_ns))
+            .collect();
+        store.put_diagnoses(instance_id, &keys, &rows).await?;
+        done += page.len();
+        match page.last() {
+            Some(l) if page.len() == PAGE as usize => {
+                after = Some((l.trace.arrival_ns, l.trace.request_id.clone()))
+            }
+            _ => return Ok(done),
+        }
+    }
+}
+
+/// Diagnoses what has settled for `settle`; returns how many requests it diagnosed (0: nothing
+/// was due).
+pub async fn drain(store: &Store, settle: Duration) -> Result<usize> {
+    let due = store.due_for_diagnosis(settle, TAKE).await?;
+    let mut done = 0;
+    for &(instance_id, from, to) in &due.ranges {
+        done += diagnose_stretch(store, instance_id, from, to).await?;
+    }
+    // Only what was taken: stretches queued meanwhile wait for their own settle time.
+    store.diagnosed(&due.ids).await?;
+    Ok(done.max(usize::from(!due.ids.is_empty())))
+}

@@ -1,0 +1,211 @@
+//! Findings as data: the worker stores each request's diagnosis once its neighbourhood has
+//! settled; what the API then reads from the rows is what it computed when asked, and a
+//! culprit exported late changes its victims' stored findings within a settle period.
+
+use std::time::{Duration, Instant};
+
+use crate::common;
+
+use common::*;
+use tokenscope::ingest::Sink;
+use tokenscope::store::Store;
+use tokenscope_sim::scenarios::{self, InstanceRun};
+
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// Waits until the worker has diagnosed everything queued.
+async fn settled(store: &Store) {
+    let started = Instant::now();
+    loop {
+        let (_, waiting) = store.diagnosis_backlog().await.unwrap();
+        if waiting == 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "{waiting} stretches still queued"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every request's diagnosis through the API (four at a time), and the window's listing.
+async fn every_diagnosis(app: &TestApp) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let listed = app
+        .get_json("/api/v1/requests?order=start&limit=10000")
+        .await;
+    let paths: Vec<String> = listed["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/api/v1/requests/{}/diagnosis?instance={}",
+                app.http,
+                r["request_id"].as_str().unwrap(),
+                r["instance"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (k, part) in paths.chunks(paths.len().div_ceil(4).max(1)).enumerate() {
+        let (client, part) = (app.client.clone(), part.to_vec());
+        tasks.spawn(async move {
+            let mut out = Vec::new();
+            for url in part {
+                let r = client.get(&url).send().await.unwrap();
+                assert!(r.status().is_success(), "{url}: {}", r.status());
+                out.push(r.json::<serde_json::Value>().await.unwrap());
+            }
+            (k, out)
+        });
+    }
+    let mut parts = tasks.join_all().await;
+    parts.sort_by_key(|p| p.0);
+    let all = parts.into_iter().flat_map(|p| p.1).collect();
+    (all, app.get_json("/api/v1/diagnosis?limit=5000").await)
+}
+
+#[tokio::test]
+async fn stored_findings_are_the_diagnosis_computed_when_asked() {
+    // A server without the worker reads the demo's diagnoses while nothing is stored…
+    let app = spawn_app().await;
+    tokenscope::demo::load(&Sink::of(app.running.store.clone(), false), false)
+        .await
+        .unwrap();
+    let (computed, computed_list) = every_diagnosis(&app).await;
+    assert!(computed.len() > 1000, "{} requests", computed.len());
+    let degraded = computed
+        .iter()
+        .filter(|d| d["verdict"] == "degraded")
+        .count();
+    assert!(degraded >= 10, "{degraded} degraded");
+
+    // …then a second server on the same database stores them, and the first reads the rows.
+    let worker = spawn_on(app.database_url.clone(), |c| {
+        c.findings_settle = Some(SETTLE)
+    })
+    .await;
+    settled(&worker.running.store).await;
+    let db = sqlx::PgPool::connect(&app.database_url).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM diagnoses")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows as usize, degraded,
+        "one row per request that is not healthy"
+    );
+    let (stored, stored_list) = every_diagnosis(&app).await;
+    assert_eq!(stored, computed);
+    assert_eq!(stored_list, computed_list);
+
+    // And they are read from the rows: a row changed behind the API's back shows.
+    let victim = stored_list["diagnoses"][0]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sqlx::query(
+        "UPDATE diagnoses SET diagnosis = jsonb_set(diagnosis, '{findings,0,summary}', '\"from the row\"')
+         WHERE request_id = $1",
+    )
+    .bind(&victim)
+    .execute(&db)
+    .await
+    .unwrap();
+    let listed = app.get_json("/api/v1/diagnosis?limit=5000").await;
+    assert_eq!(
+        listed["diagnoses"][0]["findings"][0]["summary"],
+        "from the row"
+    );
+    let one = app
+        .get_json(&format!("/api/v1/requests/{victim}/diagnosis"))
+        .await;
+    assert_eq!(one["findings"][0]["summary"], "from the row", "{one}");
+}
+
+/// The prefill-interrupts-decode scenario as request spans only (no steps, so culprits come
+/// from the other requests' rows alone), split into the victim's instance without the
+/// culprits, and the culprits.
+fn victim_then_culprits() -> (Vec<InstanceRun>, Vec<InstanceRun>, Vec<String>) {
+    let s = scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
+    let culprits = s.truth.culprits.clone();
+    let mut first = Vec::new();
+    let mut late = Vec::new();
+    for mut run in s.runs {
+        run.output.iterations.clear();
+        for r in &mut run.output.requests {
+            for t in &mut r.tokens {
+                t.iteration = None;
+            }
+        }
+        let (theirs, rest): (Vec<_>, Vec<_>) = run
+            .output
+            .requests
+            .into_iter()
+            .partition(|r| culprits.contains(&r.request_id));
+        late.push(InstanceRun {
+            resource: run.resource.clone(),
+            output: tokenscope_sim::engine::Output {
+                requests: theirs,
+                iterations: Vec::new(),
+            },
+        });
+        run.output.requests = rest;
+        first.push(run);
+    }
+    (first, late, culprits)
+}
+
+#[tokio::test]
+async fn a_late_culprit_changes_its_victims_stored_findings_within_a_settle_period() {
+    let app = spawn_app_with(|c| c.findings_settle = Some(SETTLE)).await;
+    let (first, late, culprits) = victim_then_culprits();
+    let store = &app.running.store;
+    let victim = "/api/v1/requests/pid-victim/diagnosis?instance=sim-pid";
+
+    app.send_sim(&first).await;
+    settled(store).await;
+    let before = app.get_json(victim).await;
+    assert_eq!(before["verdict"], "degraded", "{before}");
+    assert!(
+        before["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["culprits"].as_array().unwrap().is_empty()),
+        "nothing to blame yet: {before}"
+    );
+
+    let sent = Instant::now();
+    app.send_sim(&late).await;
+    // Until the stretch settles the victim's row is stale: the API computes it instead.
+    let meanwhile = app.get_json(victim).await;
+    let named = |d: &serde_json::Value| -> Vec<String> {
+        let mut c: Vec<String> = d["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|f| f["culprits"].as_array().unwrap().clone())
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        c.sort();
+        c
+    };
+    let mut want = culprits.clone();
+    want.sort();
+    assert_eq!(named(&meanwhile), want);
+    settled(store).await;
+    let waited = sent.elapsed();
+    let row: serde_json::Value =
+        sqlx::query_scalar("SELECT diagnosis FROM diagnoses WHERE request_id = 'pid-victim'")
+            .fetch_one(&sqlx::PgPool::connect(&app.database_url).await.unwrap())
+            .await
+            .unwrap();
+    assert_eq!(named(&row), want, "the stored row names them now");
+    assert_eq!(app.get_json(victim).await, row);
+    assert!(
+        waited < SETTLE * 2 + Duration::from_secs(2),
+        "took {waited:?} with a {SETTLE:?} settle time"
+    );
+}

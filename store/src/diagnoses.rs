@@ -1,0 +1,350 @@
+//! Stored diagnoses and the queue of what is to be (re)diagnosed: ingest marks the stretch of an
+//! instance's time each batch touched; once no data has come for the settle time the worker
+//! (the server's `findings`) diagnoses every request alive in it and replaces their rows.
+
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, Postgres};
+
+use tokenscope_core::model::Nanos;
+
+use super::read::{Loaded, StoredRequest};
+use super::{REQUEST_LOOKBACK_NS, Store, partitions::day_of};
+use crate::error::Result;
+
+/// Key of the advisory lock that makes one server of several the diagnosing one.
+const WORKER_LOCK: i64 = 0x7453_0001;
+
+/// Stretches waiting in the queue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Due {
+    pub ids: Vec<i64>,
+    /// By instance, merged where they overlap, in time order.
+    pub ranges: Vec<(i32, Nanos, Nanos)>,
+}
+
+/// A request's stored diagnosis, as rows hold it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DiagnosisRow {
+    pub request_id: String,
+    pub arrival_ns: Nanos,
+    pub finished_ns: Nanos,
+    pub speed_degraded: bool,
+    pub words_degraded: bool,
+    pub worst: i16,
+    pub excess: f64,
+    pub causes: Vec<String>,
+    pub culprits: Vec<String>,
+    pub diagnosis: serde_json::Value,
+}
+
+/// What is stored for one request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stored {
+    /// Data touching its lifetime arrived after it was last diagnosed (or it never was).
+    Pending,
+    /// Diagnosed since its neighbourhood last changed: its row (none: healthy).
+    Settled(Option<serde_json::Value>),
+}
+
+/// The lock a diagnosing server holds on its own connection (closed, and the lock with it, when
+/// this is dropped).
+pub struct WorkerLock(#[allow(dead_code)] PgConnection);
+
+/// Merges overlapping stretches of each instance.
+fn merge(mut ranges: Vec<(i32, Nanos, Nanos)>) -> Vec<(i32, Nanos, Nanos)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(i32, Nanos, Nanos)> = Vec::with_capacity(ranges.len());
+    for (instance, from, to) in ranges {
+        match out.last_mut() {
+            Some(last) if last.0 == instance && from <= last.2 => last.2 = last.2.max(to),
+            _ => out.push((instance, from, to)),
+        }
+    }
+    out
+}
+
+impl Store {
+    /// Marks `[from, to]` of an instance as touched by new data (inside the batch's transaction).
+    pub(crate) async fn enqueue_diagnosis(
+        tx: &mut PgConnection,
+        instance_id: i32,
+        from: Nanos,
+        to: Nanos,
+    ) -> Result<()> {
+        sqlx::query!(
+            "INSERT INTO diagnosis_queue (instance_id, from_ns, to_ns) VALUES ($1, $2, $3)",
+            instance_id,
+            from,
+            to
+        )
+        .execute(tx)
+        .await?;
+        Ok(())
+    }
+
+    /// The diagnosing lock, when no other server holds it.
+    pub async fn try_diagnosis_lock(&self) -> Result<Option<WorkerLock>> {
+        let mut conn: PoolConnection<Postgres> = self.pool.acquire().await?;
+        let got = sqlx::query_scalar!(r#"SELECT pg_try_advisory_lock($1) AS "got!""#, WORKER_LOCK)
+            .fetch_one(&mut *conn)
+            .await?;
+        // Detached: a session lock must not go back to the pool with its connection.
+        Ok(got.then(|| WorkerLock(conn.detach())))
+    }
+
+    /// Stretches that have had no new data for `settle` (at most `limit` queue rows).
+    pub async fn due_for_diagnosis(&self, settle: Duration, limit: i64) -> Result<Due> {
+        let rows = sqlx::query!(
+            "SELECT id, instance_id, from_ns, to_ns FROM diagnosis_queue
+             WHERE enqueued_at <= now() - make_interval(secs => $1)
+             ORDER BY id LIMIT $2",
+            settle.as_secs_f64(),
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Due {
+            ids: rows.iter().map(|r| r.id).collect(),
+            ranges: merge(
+                rows.into_iter()
+                    .map(|r| (r.instance_id, r.from_ns, r.to_ns))
+                    .collect(),
+            ),
+        })
+    }
+
+    /// Removes diagnosed stretches from the queue.
+    pub async fn diagnosed(&self, ids: &[i64]) -> Result<()> {
+        sqlx::query!("DELETE FROM diagnosis_queue WHERE id = ANY($1)", ids)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// How long the oldest stretch has waited, and how many wait.
+    pub async fn diagnosis_backlog(&self) -> Result<(Duration, i64)> {
+        let row = sqlx::query!(
+            r#"SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(enqueued_at))::float8, 0) AS "oldest_s!",
+                      count(*) AS "n!"
+               FROM diagnosis_queue"#
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((Duration::from_secs_f64(row.oldest_s.max(0.0)), row.n))
+    }
+
+    /// Stretches of these instances (all: `None`) waiting to be diagnosed that overlap
+    /// `[from, to]`, merged.
+    pub async fn pending_diagnosis(
+        &self,
+        instances: Option<&[i32]>,
+        from: Nanos,
+        to: Nanos,
+    ) -> Result<Vec<(i32, Nanos, Nanos)>> {
+        let rows = sqlx::query!(
+            "SELECT instance_id, from_ns, to_ns FROM diagnosis_queue
+             WHERE ($1::int[] IS NULL OR instance_id = ANY($1)) AND from_ns <= $3 AND to_ns >= $2",
+            instances,
+            from,
+            to
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(merge(
+            rows.into_iter()
+                .map(|r| (r.instance_id, r.from_ns, r.to_ns))
+                .collect(),
+        ))
+    }
+
+    /// Up to `limit` requests of an instance alive in `[from, to]`, in arrival order after
+    /// `after`.
+    pub async fn load_alive(
+        &self,
+        instance_id: i32,
+        from: Nanos,
+        to: Nanos,
+        after: Option<&(Nanos, String)>,
+        limit: i64,
+    ) -> Result<Vec<Loaded>> {
+        let rows = sqlx::query_as!(
+            StoredRequest,
+            r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
+                      r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
+                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               WHERE r.instance_id = $1 AND r.arrival_ns >= $2 AND r.arrival_ns <= $3 AND r.finished_ns >= $4
+                 AND ($5::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($5, $6::text))
+               ORDER BY r.arrival_ns, r.request_id
+               LIMIT $7"#,
+            instance_id,
+            from - REQUEST_LOOKBACK_NS,
+            to,
+            from,
+            after.map(|a| a.0),
+            after.map(|a| a.1.as_str()),
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(self.decode_request(row).await?);
+        }
+        Ok(out)
+    }
+
+    /// Replaces the stored diagnoses of `requests` (request id, arrival) of an instance with
+    /// `rows` (the ones that are not healthy), in one transaction.
+    pub async fn put_diagnoses(
+        &self,
+        instance_id: i32,
+        requests: &[(String, Nanos)],
+        rows: &[DiagnosisRow],
+    ) -> Result<()> {
+        self.caches
+            .partitions
+            .ensure(
+                &self.pool,
+                "diagnoses",
+                rows.iter().map(|r| day_of(r.arrival_ns)),
+            )
+            .await?;
+        let (ids, arrivals): (Vec<String>, Vec<Nanos>) = requests.iter().cloned().unzip();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query!(
+            "DELETE FROM diagnoses d USING UNNEST($2::text[], $3::bigint[]) AS k(request_id, arrival_ns)
+             WHERE d.instance_id = $1 AND d.request_id = k.request_id AND d.arrival_ns = k.arrival_ns",
+            instance_id,
+            &ids,
+            &arrivals
+        )
+        .execute(&mut *tx)
+        .await?;
+        for r in rows {
+            sqlx::query!(
+                "INSERT INTO diagnoses (instance_id, request_id, arrival_ns, finished_ns, speed_degraded,
+                     words_degraded, worst, excess, causes, culprits, diagnosis)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                instance_id,
+                r.request_id,
+                r.arrival_ns,
+                r.finished_ns,
+                r.speed_degraded,
+                r.words_degraded,
+                r.worst,
+                r.excess,
+                &r.causes,
+                &r.culprits,
+                r.diagnosis
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A request's stored diagnosis, or `Pending` when data touching its lifetime is waiting.
+    pub async fn stored_diagnosis(
+        &self,
+        instance_id: i32,
+        request_id: &str,
+        arrival_ns: Nanos,
+        finished_ns: Nanos,
+    ) -> Result<Stored> {
+        if !self
+            .pending_diagnosis(Some(&[instance_id]), arrival_ns, finished_ns)
+            .await?
+            .is_empty()
+        {
+            return Ok(Stored::Pending);
+        }
+        let row = sqlx::query_scalar!(
+            "SELECT diagnosis FROM diagnoses WHERE instance_id = $1 AND request_id = $2 AND arrival_ns = $3",
+            instance_id,
+            request_id,
+            arrival_ns
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(Stored::Settled(row))
+    }
+
+    /// The settled stored diagnoses of requests that arrived in `[from, to)` on these instances
+    /// (all: `None`), worst first, at most `limit`: (instance id, row). Those with data waiting
+    /// in the queue are left out (the caller diagnoses them itself).
+    pub async fn stored_diagnoses(
+        &self,
+        instances: Option<&[i32]>,
+        from: Nanos,
+        to: Nanos,
+        limit: i64,
+    ) -> Result<Vec<(i32, DiagnosisRow)>> {
+        let rows = sqlx::query!(
+            "SELECT instance_id, request_id, arrival_ns, finished_ns, speed_degraded, words_degraded,
+                    worst, excess, causes, culprits, diagnosis
+             FROM diagnoses d
+             WHERE ($1::int[] IS NULL OR instance_id = ANY($1)) AND arrival_ns >= $2 AND arrival_ns < $3
+               AND NOT EXISTS (SELECT 1 FROM diagnosis_queue q WHERE q.instance_id = d.instance_id
+                               AND q.from_ns <= d.finished_ns AND q.to_ns >= d.arrival_ns)
+             ORDER BY worst DESC, excess DESC, request_id
+             LIMIT $4",
+            instances,
+            from,
+            to,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                (
+                    r.instance_id,
+                    DiagnosisRow {
+                        request_id: r.request_id,
+                        arrival_ns: r.arrival_ns,
+                        finished_ns: r.finished_ns,
+                        speed_degraded: r.speed_degraded,
+                        words_degraded: r.words_degraded,
+                        worst: r.worst,
+                        excess: r.excess,
+                        causes: r.causes,
+                        culprits: r.culprits,
+                        diagnosis: r.diagnosis,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// Ids of instances by key (unknown keys are left out).
+    pub async fn instance_ids(&self, keys: &[String]) -> Result<Vec<i32>> {
+        Ok(sqlx::query_scalar!(
+            "SELECT id FROM instances WHERE instance_key = ANY($1)",
+            keys
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge;
+
+    #[test]
+    fn stretches_merge_per_instance_where_they_overlap() {
+        let got = merge(vec![
+            (2, 5, 9),
+            (1, 10, 20),
+            (1, 0, 10),
+            (1, 30, 40),
+            (2, 1, 3),
+        ]);
+        assert_eq!(got, [(1, 0, 20), (1, 30, 40), (2, 1, 3), (2, 5, 9)]);
+    }
+}
