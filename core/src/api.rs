@@ -26,6 +26,10 @@ pub struct RequestSummary {
     pub prompt_tokens: u32,
     pub output_tokens: u32,
     pub finish_reason: FinishReason,
+    /// In lists: the causes of its stored findings (empty: healthy); absent while its findings
+    /// are being worked out (data around it arrived within the settle time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causes: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -97,11 +97,19 @@ pub struct Metrics {
     unauthenticated: AtomicU64,
 }
 
+/// A Prometheus label value: backslash, double quote and newline escaped (instance ids are the
+/// senders' text).
+pub fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// A value read at scrape time: name, help, one sample per label set.
 pub struct Gauge<'a> {
     pub name: &'a str,
     pub help: &'a str,
-    pub samples: Vec<(&'a str, f64)>,
+    pub samples: Vec<(std::borrow::Cow<'a, str>, f64)>,
 }
 
 impl Metrics {
@@ -258,8 +266,9 @@ mod tests {
         let text = m.render(&[Gauge {
             name: "tokenscope_db_pool_connections",
             help: "Connections.",
-            samples: vec![("{state=\"idle\"}", 3.0)],
+            samples: vec![("{state=\"idle\"}".into(), 3.0)],
         }]);
+        assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
         for line in [
             "tokenscope_ingest_requests_total{source=\"native_grpc\"} 2",
             "tokenscope_ingest_iterations_total{source=\"native_grpc\"} 3",

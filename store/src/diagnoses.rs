@@ -9,7 +9,7 @@ use sqlx::{PgConnection, Postgres};
 
 use tokenscope_core::model::Nanos;
 
-use super::read::{Loaded, StoredRequest};
+use super::read::{Loaded, RequestFilter, StoredRequest};
 use super::{REQUEST_LOOKBACK_NS, Store, partitions::day_of};
 use crate::error::Result;
 
@@ -136,27 +136,35 @@ impl Store {
     }
 
     /// Stretches of these instances (all: `None`) waiting to be diagnosed that overlap
-    /// `[from, to]`, merged.
+    /// `[from, to]`, merged: (instance id, instance key, from, to).
     pub async fn pending_diagnosis(
         &self,
         instances: Option<&[i32]>,
         from: Nanos,
         to: Nanos,
-    ) -> Result<Vec<(i32, Nanos, Nanos)>> {
+    ) -> Result<Vec<(i32, String, Nanos, Nanos)>> {
         let rows = sqlx::query!(
-            "SELECT instance_id, from_ns, to_ns FROM diagnosis_queue
-             WHERE ($1::int[] IS NULL OR instance_id = ANY($1)) AND from_ns <= $3 AND to_ns >= $2",
+            "SELECT q.instance_id, i.instance_key, q.from_ns, q.to_ns
+             FROM diagnosis_queue q JOIN instances i ON i.id = q.instance_id
+             WHERE ($1::int[] IS NULL OR q.instance_id = ANY($1)) AND q.from_ns <= $3 AND q.to_ns >= $2",
             instances,
             from,
             to
         )
         .fetch_all(&self.pool)
         .await?;
+        let keys: std::collections::HashMap<i32, String> = rows
+            .iter()
+            .map(|r| (r.instance_id, r.instance_key.clone()))
+            .collect();
         Ok(merge(
             rows.into_iter()
                 .map(|r| (r.instance_id, r.from_ns, r.to_ns))
                 .collect(),
-        ))
+        )
+        .into_iter()
+        .map(|(id, from, to)| (id, keys[&id].clone(), from, to))
+        .collect())
     }
 
     /// Up to `limit` requests of an instance alive in `[from, to]`, in arrival order after
@@ -318,6 +326,62 @@ impl Store {
                     },
                 )
             })
+            .collect())
+    }
+
+    /// Stored diagnoses of requests that arrived since `since_ns`, by instance and cause (a
+    /// request with two causes counts under each): (instance key, cause, requests).
+    pub async fn findings_by_cause(&self, since_ns: Nanos) -> Result<Vec<(String, String, i64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT i.instance_key, c.cause AS "cause!", count(*) AS "n!"
+               FROM diagnoses d JOIN instances i ON i.id = d.instance_id, unnest(d.causes) AS c(cause)
+               WHERE d.arrival_ns >= $1
+               GROUP BY 1, 2 ORDER BY 1, 2"#,
+            since_ns
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.instance_key, r.cause, r.n))
+            .collect())
+    }
+
+    /// Requests with a settled stored finding of each cause among those `f` matches
+    /// (instances, engine, version, model, window; a request with two causes counts under each),
+    /// most first: (cause, requests, the `examples` worst of them). Requests that data waiting
+    /// in the queue touches are left out (the caller diagnoses them itself).
+    pub async fn cause_counts(
+        &self,
+        f: &RequestFilter,
+        examples: i64,
+    ) -> Result<Vec<(String, i64, Vec<String>)>> {
+        let rows = sqlx::query!(
+            r#"SELECT c.cause AS "cause!", count(*) AS "n!",
+                      (array_agg(d.request_id ORDER BY d.worst DESC, d.excess DESC, d.request_id))[1:$7] AS "examples!"
+               FROM diagnoses d JOIN instances i ON i.id = d.instance_id, unnest(d.causes) AS c(cause)
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+                 AND ($3::text IS NULL OR i.engine_version = $3)
+                 AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM requests r JOIN models m ON m.id = r.model_id
+                        WHERE r.instance_id = d.instance_id AND r.request_id = d.request_id
+                          AND r.arrival_ns = d.arrival_ns AND m.name = $4))
+                 AND d.arrival_ns >= $5 AND d.arrival_ns < $6
+                 AND NOT EXISTS (SELECT 1 FROM diagnosis_queue q WHERE q.instance_id = d.instance_id
+                                 AND q.from_ns <= d.finished_ns AND q.to_ns >= d.arrival_ns)
+               GROUP BY 1 ORDER BY 2 DESC, 1"#,
+            f.instance_list(),
+            f.engine,
+            f.engine_version,
+            f.model,
+            f.from_ns.unwrap_or(Nanos::MIN),
+            f.to_ns.unwrap_or(Nanos::MAX),
+            examples as i32
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.cause, r.n, r.examples))
             .collect())
     }
 

@@ -64,6 +64,9 @@ pub struct RequestRow {
     pub prompt_tokens: u32,
     pub output_tokens: u32,
     pub finish_reason: FinishReason,
+    /// The stored diagnosis's causes (empty: healthy); `None` while data touching the request
+    /// waits for the findings worker.
+    pub causes: Option<Vec<String>>,
 }
 
 /// An instance as it last reported.
@@ -96,6 +99,8 @@ pub struct RequestFilter {
     pub slo_breach: Option<bool>,
     /// TTFT and TPOT SLOs, in nanoseconds, for `slo_breach`.
     pub slo_ns: (Nanos, Nanos),
+    /// Only requests whose stored diagnosis has this cause (`queue_backlog`).
+    pub cause: Option<String>,
     pub order: Order,
     pub limit: i64,
     pub offset: i64,
@@ -176,8 +181,16 @@ impl Store {
     pub async fn list_requests(&self, f: &RequestFilter) -> Result<(Vec<RequestRow>, u64)> {
         let instances = f.instance_list();
         let trace = f.find.as_deref().and_then(trace_id_bytes);
+        // The page first, then its stored causes: only the page's rows are looked up.
         let rows = sqlx::query!(
-            r#"SELECT r.request_id, i.engine, i.instance_key, m.name AS model, r.arrival_ns, r.ttft_ns, r.tpot_ns,
+            r#"SELECT page.*,
+                      (SELECT d.causes FROM diagnoses d WHERE d.instance_id = page.instance_id
+                          AND d.request_id = page.request_id AND d.arrival_ns = page.arrival_ns) AS causes,
+                      EXISTS (SELECT 1 FROM diagnosis_queue q WHERE q.instance_id = page.instance_id
+                          AND q.from_ns <= page.finished_ns AND q.to_ns >= page.arrival_ns) AS "pending!"
+               FROM (
+               SELECT r.request_id, r.instance_id, r.finished_ns, i.engine, i.instance_key, m.name AS model,
+                      r.arrival_ns, r.ttft_ns, r.tpot_ns,
                       r.e2e_ns, r.queue_ns, r.prompt_tokens, r.output_tokens, r.finish_reason,
                       count(*) OVER () AS "total!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
@@ -187,12 +200,19 @@ impl Store {
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
+                 AND ($16::text IS NULL OR EXISTS (SELECT 1 FROM diagnoses d WHERE d.instance_id = r.instance_id
+                          AND d.request_id = r.request_id AND d.arrival_ns = r.arrival_ns AND d.causes @> ARRAY[$16]))
                ORDER BY (CASE $11::text WHEN 'ttft' THEN r.ttft_ns WHEN 'tpot' THEN r.tpot_ns
                                         WHEN 'e2e' THEN r.e2e_ns WHEN 'queue' THEN r.queue_ns
                                         WHEN 'prompt' THEN r.prompt_tokens WHEN 'output' THEN r.output_tokens
                                         ELSE r.arrival_ns END) * $12 NULLS LAST,
                         r.arrival_ns * $12, r.request_id
-               LIMIT $13 OFFSET $14"#,
+               LIMIT $13 OFFSET $14) page
+               ORDER BY (CASE $11::text WHEN 'ttft' THEN page.ttft_ns WHEN 'tpot' THEN page.tpot_ns
+                                        WHEN 'e2e' THEN page.e2e_ns WHEN 'queue' THEN page.queue_ns
+                                        WHEN 'prompt' THEN page.prompt_tokens WHEN 'output' THEN page.output_tokens
+                                        ELSE page.arrival_ns END) * $12 NULLS LAST,
+                        page.arrival_ns * $12, page.request_id"#,
             instances,
             f.engine,
             f.model,
@@ -208,6 +228,7 @@ impl Store {
             f.limit,
             f.offset,
             f.engine_version,
+            f.cause,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -232,6 +253,7 @@ impl Store {
                 prompt_tokens: count(r.prompt_tokens),
                 output_tokens: count(r.output_tokens),
                 finish_reason: FinishReason::parse(&r.finish_reason).unwrap_or_default(),
+                causes: (!r.pending).then(|| r.causes.unwrap_or_default()),
             })
             .collect();
         Ok((page, total))

@@ -1,46 +1,82 @@
 //! `GET /metrics`: the server's self-metrics for Prometheus (text format 0.0.4).
 
+use std::borrow::Cow;
+
 use axum::{extract::State, http::header, response::IntoResponse};
 
-use crate::metrics::Gauge;
+use crate::error::Result;
+use crate::metrics::{Gauge, label_value};
 use crate::state::AppState;
 
-/// The counters, and the gauges read now: the pool, the budget, the spans OTLP holds.
-pub async fn get(State(state): State<AppState>) -> impl IntoResponse {
+/// Stored findings are counted over the requests that arrived in this last stretch of time.
+const FINDINGS_OVER_NS: i64 = 3_600 * 1_000_000_000;
+
+/// The counters, and the gauges read now: the pool, the budget, the spans OTLP holds, the
+/// findings worker's backlog and the last hour's findings.
+pub async fn get(State(state): State<AppState>) -> Result<impl IntoResponse> {
     let AppState {
         sink, otlp, budget, ..
     } = &state;
     let store = &sink.store;
     let (open, idle) = store.pool_connections();
     let in_use = (open as usize).saturating_sub(idle);
+    let (lag, queued) = store.diagnosis_backlog().await?;
+    let findings = store
+        .findings_by_cause(crate::clock::now_ns() - FINDINGS_OVER_NS)
+        .await?;
     let text = state.metrics().render(&[
         Gauge {
             name: "tokenscope_db_pool_connections",
             help: "Database connections of the pool, by state.",
             samples: vec![
-                ("{state=\"in_use\"}", in_use as f64),
-                ("{state=\"idle\"}", idle as f64),
+                ("{state=\"in_use\"}".into(), in_use as f64),
+                ("{state=\"idle\"}".into(), idle as f64),
             ],
         },
         Gauge {
             name: "tokenscope_ingest_budget_bytes",
             help: "Ingest request bodies held now, and the budget (--ingest-budget-mib).",
             samples: vec![
-                ("{state=\"in_use\"}", budget.in_use() as f64),
-                ("{state=\"limit\"}", budget.bytes() as f64),
+                ("{state=\"in_use\"}".into(), budget.in_use() as f64),
+                ("{state=\"limit\"}".into(), budget.bytes() as f64),
             ],
         },
         Gauge {
             name: "tokenscope_otlp_assembler_held_spans",
             help: "OTLP spans held until their request's root span arrives (or times out).",
-            samples: vec![("", otlp.assembler.held_spans() as f64)],
+            samples: vec![("".into(), otlp.assembler.held_spans() as f64)],
+        },
+        Gauge {
+            name: "tokenscope_findings_lag_seconds",
+            help: "How long the oldest stretch of new data has waited for the findings worker (the settle time included); 0 when none waits.",
+            samples: vec![("".into(), lag.as_secs_f64())],
+        },
+        Gauge {
+            name: "tokenscope_findings_queued_stretches",
+            help: "Stretches of instances' time waiting to be diagnosed.",
+            samples: vec![("".into(), queued as f64)],
+        },
+        Gauge {
+            name: "tokenscope_findings_requests",
+            help: "Requests of the last hour with a stored finding, by instance and cause.",
+            samples: findings
+                .iter()
+                .map(|(instance, cause, n)| {
+                    let labels = format!(
+                        "{{instance=\"{}\",cause=\"{}\"}}",
+                        label_value(instance),
+                        label_value(cause)
+                    );
+                    (Cow::Owned(labels), *n as f64)
+                })
+                .collect(),
         },
     ]);
-    (
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         text,
-    )
+    ))
 }

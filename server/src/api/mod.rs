@@ -10,7 +10,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use tokenscope_core::analysis::diagnosis::Thresholds;
+use tokenscope_core::analysis::diagnosis::{Cause, Thresholds};
 use tokenscope_core::api::InstanceList;
 
 use std::sync::Arc;
@@ -93,6 +93,8 @@ pub struct ListParams {
     find: Option<String>,
     /// `breach` or `met`: requests that broke, or met, the TTFT or TPOT SLO.
     slo: Option<String>,
+    /// A cause of the stored findings (`queue_backlog`).
+    cause: Option<String>,
     ttft_ms: Option<String>,
     tpot_ms: Option<String>,
     order: Option<String>,
@@ -166,6 +168,15 @@ impl ListParams {
                 )));
             }
         };
+        let cause = match non_empty(self.cause) {
+            Some(c) if Cause::parse(&c).is_none() => {
+                return Err(Error::InvalidArgument(format!(
+                    "cause={c:?} is not one of {}",
+                    Cause::ALL.map(Cause::name).join(", ")
+                )));
+            }
+            c => c,
+        };
         let th = ThresholdParams {
             ttft_ms: self.ttft_ms,
             tpot_ms: self.tpot_ms,
@@ -182,6 +193,7 @@ impl ListParams {
             find: non_empty(self.find).map(|f| f.trim().to_string()),
             slo_breach,
             slo_ns: ((th.ttft_ms * 1e6) as i64, (th.tpot_ms * 1e6) as i64),
+            cause,
             order,
             limit,
             offset,

@@ -111,10 +111,7 @@ pub async fn window(
     if !stored_fits {
         return computed(store, f, th, limit).await;
     }
-    let instances = match f.instance_list() {
-        Some(keys) => Some(store.instance_ids(keys).await?),
-        None => None,
-    };
+    let instances = instance_ids(store, f).await?;
     let (from, to) = (
         f.from_ns.unwrap_or(Nanos::MIN),
         f.to_ns.unwrap_or(Nanos::MAX),
@@ -127,10 +124,52 @@ pub async fn window(
         let d = parse(row.diagnosis)?;
         out.push((worst(&d), row.excess, d));
     }
-    for (instance_id, lo, hi) in store
-        .pending_diagnosis(instances.as_deref(), from, to)
-        .await?
-    {
+    out.extend(unsettled(store, f, th).await?);
+    Ok(worst_first(out, limit))
+}
+
+/// The ids of `f`'s instances (`None`: any).
+pub(super) async fn instance_ids(store: &Store, f: &RequestFilter) -> Result<Option<Vec<i32>>> {
+    Ok(match f.instance_list() {
+        Some(keys) => Some(store.instance_ids(keys).await?),
+        None => None,
+    })
+}
+
+/// The degraded requests of `f`'s window (its instances, engine, version, model) that data
+/// still waiting for the findings worker touches, diagnosed here: what the stored findings
+/// leave out. With their worst severity and how far past its SLO each was.
+pub(super) async fn unsettled(
+    store: &Store,
+    f: &RequestFilter,
+    th: &Thresholds,
+) -> Result<Vec<(Severity, f64, Diagnosis)>> {
+    let (from, to) = (
+        f.from_ns.unwrap_or(Nanos::MIN),
+        f.to_ns.unwrap_or(Nanos::MAX),
+    );
+    let pending = store
+        .pending_diagnosis(instance_ids(store, f).await?.as_deref(), from, to)
+        .await?;
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Engine and version are the instance's; the model is each request's.
+    let instances = store.list_instances().await?;
+    let matches = |key: &str| {
+        instances.iter().any(|i| {
+            i.instance == key
+                && f.engine.as_deref().is_none_or(|e| i.engine.as_str() == e)
+                && f.engine_version
+                    .as_deref()
+                    .is_none_or(|v| i.engine_version == v)
+        })
+    };
+    let mut out = Vec::new();
+    for (instance_id, key, lo, hi) in pending {
+        if !matches(&key) {
+            continue;
+        }
         let mut after = None;
         loop {
             let page = store
@@ -138,6 +177,7 @@ pub async fn window(
                 .await?;
             let traces: Vec<&RequestTrace> = page
                 .iter()
+                .filter(|l| f.model.as_deref().is_none_or(|m| l.model == m))
                 .map(|l| &l.trace)
                 .filter(|t| t.arrival_ns >= from && t.arrival_ns < to)
                 .collect();
@@ -157,7 +197,7 @@ pub async fn window(
             }
         }
     }
-    Ok(worst_first(out, limit))
+    Ok(out)
 }
 
 /// The degraded requests among the first `limit` that match `f` (its instances, engine,

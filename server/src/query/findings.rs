@@ -49,7 +49,13 @@ pub fn row_of(r: &RequestTrace, d: &Diagnosis) -> Result<Option<DiagnosisRow>> {
     if d.verdict == Verdict::Healthy {
         return Ok(None);
     }
-    let causes: BTreeSet<&str> = d.findings.iter().map(|f| f.cause.name()).collect();
+    // Most severe first, as the findings are ordered: the first is what a list shows.
+    let mut causes: Vec<&str> = Vec::new();
+    for f in &d.findings {
+        if !causes.contains(&f.cause.name()) {
+            causes.push(f.cause.name());
+        }
+    }
     let culprits: BTreeSet<&str> = d
         .findings
         .iter()

@@ -1,6 +1,6 @@
 //! Latency over time (`GET /api/v1/latency`) and one side of a comparison: percentiles and
-//! histograms from the store's per-request columns, and the causes the diagnosis finds among
-//! the side's first requests.
+//! histograms from the store's per-request columns, and the causes of the side's stored findings
+//! (or, with other thresholds, of its first requests diagnosed on the spot).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -87,6 +87,14 @@ pub async fn compare_side(
     th: &Thresholds,
 ) -> Result<CompareSide> {
     let s = store.set_stats(f).await?;
+    let (causes, diagnosed) = if *th == Thresholds::default() {
+        (stored_cause_counts(store, f).await?, s.requests)
+    } else {
+        (
+            cause_counts(store, f, th).await?,
+            s.requests.min(DIAGNOSED as u64),
+        )
+    };
     let (mut ttft_histogram, mut tpot_histogram) = (Vec::new(), Vec::new());
     for r in store.histogram(f, BINS_PER_OCTAVE).await? {
         let b = bin(r.bin, r.requests);
@@ -111,12 +119,51 @@ pub async fn compare_side(
         series: series(store, f, width_px, (th.ttft_ms, th.tpot_ms)).await?,
         ttft_histogram,
         tpot_histogram,
-        causes: cause_counts(store, f, th).await?,
-        diagnosed: s.requests.min(DIAGNOSED as u64),
+        causes,
+        diagnosed,
     })
 }
 
-/// Degraded requests per cause among the side's first `DIAGNOSED` requests.
+/// Requests per cause over the whole side: the stored findings, and the requests that data still
+/// waiting for the findings worker touches, diagnosed here.
+async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Vec<CauseCount>> {
+    let mut by: BTreeMap<Cause, CauseCount> = BTreeMap::new();
+    for (name, n, examples) in store.cause_counts(f, EXAMPLES as i64).await? {
+        let cause = Cause::parse(&name)
+            .ok_or_else(|| Error::Internal(format!("a stored finding has the cause {name:?}")))?;
+        by.insert(
+            cause,
+            CauseCount {
+                cause,
+                requests: n as u32,
+                examples,
+            },
+        );
+    }
+    let th = Thresholds::default();
+    let mut fresh = super::diagnosis::unsettled(store, f, &th).await?;
+    fresh.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));
+    for (_, _, d) in fresh {
+        let causes: BTreeSet<Cause> = d.findings.iter().map(|x| x.cause).collect();
+        for cause in causes {
+            let c = by.entry(cause).or_insert_with(|| CauseCount {
+                cause,
+                requests: 0,
+                examples: Vec::new(),
+            });
+            c.requests += 1;
+            if c.examples.len() < EXAMPLES {
+                c.examples.push(d.request_id.clone());
+            }
+        }
+    }
+    let mut causes: Vec<CauseCount> = by.into_values().collect();
+    causes.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.cause.cmp(&b.cause)));
+    Ok(causes)
+}
+
+/// Degraded requests per cause among the side's first `DIAGNOSED` requests (thresholds other
+/// than the stored findings' defaults).
 async fn cause_counts(
     store: &Store,
     f: &RequestFilter,

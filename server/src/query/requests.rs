@@ -29,6 +29,7 @@ fn summary(r: RequestRow) -> RequestSummary {
         prompt_tokens: r.prompt_tokens,
         output_tokens: r.output_tokens,
         finish_reason: r.finish_reason,
+        causes: r.causes,
     }
 }
 
@@ -177,6 +178,7 @@ pub fn detail(loaded: Loaded, loads: &[StepLoad], th: &Thresholds) -> RequestDet
             prompt_tokens: trace.prompt_tokens,
             output_tokens: trace.output_tokens,
             finish_reason: trace.finish_reason,
+            causes: None,
         },
         role,
         trace_id: trace.trace_id.clone(),

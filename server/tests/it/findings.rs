@@ -12,6 +12,7 @@ use tokenscope::store::Store;
 use tokenscope_sim::scenarios::{self, InstanceRun};
 
 const SETTLE: Duration = Duration::from_millis(300);
+const T_MIN: i64 = 0;
 
 /// Waits until the worker has diagnosed everything queued.
 async fn settled(store: &Store) {
@@ -100,6 +101,30 @@ async fn stored_findings_are_the_diagnosis_computed_when_asked() {
     assert_eq!(stored, computed);
     assert_eq!(stored_list, computed_list);
 
+    // Compare counts causes over the whole windows from the rows: here as the listing has them.
+    let all = "a_from=0&a_to=4000000000000000000&b_from=0&b_to=4000000000000000000";
+    let side = &app.get_json(&format!("/api/v1/compare?{all}")).await["a"];
+    assert_eq!(side["diagnosed"], side["requests"]);
+    let mut want: std::collections::BTreeMap<String, u64> = Default::default();
+    for d in stored_list["diagnoses"].as_array().unwrap() {
+        let causes: std::collections::BTreeSet<&str> = d["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["cause"].as_str().unwrap())
+            .collect();
+        for c in causes {
+            *want.entry(c.to_string()).or_default() += 1;
+        }
+    }
+    let got: std::collections::BTreeMap<String, u64> = side["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["cause"].as_str().unwrap().to_string(), c["requests"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, want);
+
     // And they are read from the rows: a row changed behind the API's back shows.
     let victim = stored_list["diagnoses"][0]["request_id"]
         .as_str()
@@ -128,7 +153,9 @@ async fn stored_findings_are_the_diagnosis_computed_when_asked() {
 /// from the other requests' rows alone), split into the victim's instance without the
 /// culprits, and the culprits.
 fn victim_then_culprits() -> (Vec<InstanceRun>, Vec<InstanceRun>, Vec<String>) {
-    let s = scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
+    // Two minutes ago, so that /metrics counts it among the last hour's findings.
+    let t0 = tokenscope::clock::now_ns() - 120_000_000_000;
+    let s = scenarios::build("prefill-interrupts-decode", t0, 1).unwrap();
     let culprits = s.truth.culprits.clone();
     let mut first = Vec::new();
     let mut late = Vec::new();
@@ -208,4 +235,60 @@ async fn a_late_culprit_changes_its_victims_stored_findings_within_a_settle_peri
         waited < SETTLE * 2 + Duration::from_secs(2),
         "took {waited:?} with a {SETTLE:?} settle time"
     );
+
+    // The explorer's list shows each request's stored causes and filters by them.
+    let range = format!("from={}&to={}", T_MIN, i64::MAX);
+    let all = app
+        .get_json(&format!(
+            "/api/v1/requests?instance=sim-pid&limit=100&{range}"
+        ))
+        .await;
+    let rows = all["requests"].as_array().unwrap();
+    assert!(
+        rows.iter().all(|r| r["causes"].is_array()),
+        "all settled: {all}"
+    );
+    let victim_row = rows
+        .iter()
+        .find(|r| r["request_id"] == "pid-victim")
+        .unwrap();
+    assert_eq!(victim_row["causes"][0], "prefill_interrupted_decode");
+    let some = app
+        .get_json(&format!(
+            "/api/v1/requests?instance=sim-pid&cause=prefill_interrupted_decode&limit=100&{range}"
+        ))
+        .await;
+    let some = some["requests"].as_array().unwrap();
+    assert!(some.len() < rows.len() && some.iter().any(|r| r["request_id"] == "pid-victim"));
+    assert!(some.iter().all(|r| {
+        r["causes"]
+            .as_array()
+            .unwrap()
+            .contains(&"prefill_interrupted_decode".into())
+    }));
+    let wrong = app.get("/api/v1/requests?cause=slow").await;
+    assert_eq!(wrong.status(), 400);
+    let why = wrong.text().await.unwrap();
+    assert!(
+        why.contains("slow") && why.contains("is not one of prefill_interrupted_decode"),
+        "{why}"
+    );
+
+    let metrics = app.get_text("/metrics").await;
+    for line in [
+        "tokenscope_findings_queued_stretches 0",
+        "tokenscope_findings_lag_seconds 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    // The victim and the culprits, whose decodes interrupted one another's.
+    let line =
+        "tokenscope_findings_requests{instance=\"sim-pid\",cause=\"prefill_interrupted_decode\"} ";
+    let n: u32 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(line))
+        .unwrap_or_else(|| panic!("{line} in\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(n >= 1, "{n}");
 }

@@ -228,7 +228,11 @@ fn causes(a: &CompareSide, b: &CompareSide) -> impl IntoView + use<> {
             <thead><tr><th>"Cause"</th><th class="num">"A"</th><th class="num">"B"</th><th>"worst examples"</th></tr></thead>
             <tbody>{rows}</tbody>
         </table>
-        <p class="muted">{format!("Diagnosed: the first {} requests of A and {} of B.", thousands(a.diagnosed), thousands(b.diagnosed))}</p>
+        <p class="muted">{if a.diagnosed == a.requests && b.diagnosed == b.requests {
+            format!("Causes of all {} requests of A and {} of B, from their stored findings.", thousands(a.requests), thousands(b.requests))
+        } else {
+            format!("Diagnosed: the first {} requests of A and {} of B.", thousands(a.diagnosed), thousands(b.diagnosed))
+        }}</p>
     }
 }
 

@@ -5,6 +5,7 @@ use leptos::html;
 use leptos::prelude::*;
 
 use super::state::{ExplorerQuery, PRESETS};
+use crate::analysis::diagnosis::Cause;
 use crate::api::InstanceInfo;
 use crate::ui::time::{Zone, input_value, parse_input};
 
@@ -110,6 +111,13 @@ pub fn Filters(
         .href();
     let latest_on = q.range.is_empty() && q.from.is_none();
     let slo_now = q.slo.clone();
+    let cause_now = q.cause.clone();
+    let causes = Cause::ALL
+        .map(|c| {
+            let (name, sel) = (c.name(), c.name() == cause_now);
+            view! { <option value=name selected=sel>{name.replace('_', " ")}</option> }
+        })
+        .collect_view();
     let (qf, qt) = (q.from, q.to);
     view! {
         <section class="panel filters" data-testid="filters">
@@ -133,6 +141,15 @@ pub fn Filters(
                         <option value="" selected=slo_now.is_empty()>"any"</option>
                         <option value="breach" selected=slo_now == "breach">"breached"</option>
                         <option value="met" selected=slo_now == "met">"met"</option>
+                    </select>
+                </label>
+                <label class="field">"Cause"
+                    <select data-testid="cause-filter" on:change=move |ev| {
+                        let v = event_target_value(&ev);
+                        go.run(query.get_value().with(|q| q.cause = v));
+                    }>
+                        <option value="" selected=q.cause.is_empty()>"any"</option>
+                        {causes}
                     </select>
                 </label>
                 <form class="find" on:submit=find action="/" method="get">

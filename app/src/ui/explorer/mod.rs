@@ -42,6 +42,7 @@ async fn load(q: ExplorerQuery) -> Result<ExplorerData, String> {
     params.extend([
         ("find", q.find.clone()),
         ("slo", q.slo.clone()),
+        ("cause", q.cause.clone()),
         ("order", q.order.clone()),
         ("limit", PAGE_ROWS.to_string()),
         ("offset", (q.page * PAGE_ROWS).to_string()),

@@ -30,6 +30,8 @@ pub struct ExplorerQuery {
     pub to: Option<Nanos>,
     /// `breach`, `met` or empty.
     pub slo: String,
+    /// A cause of the stored findings (`queue_backlog`), or empty.
+    pub cause: String,
     pub order: String,
     pub page: u32,
     pub find: String,
@@ -53,6 +55,7 @@ impl ExplorerQuery {
             from: n("from"),
             to: n("to"),
             slo: s("slo"),
+            cause: s("cause"),
             order: get("order").unwrap_or_else(|| DEFAULT_ORDER.into()),
             page: n("page").unwrap_or(0) as u32,
             find: s("find"),
@@ -77,6 +80,7 @@ impl ExplorerQuery {
                 ("from", opt(self.from)),
                 ("to", opt(self.to)),
                 ("slo", self.slo.clone()),
+                ("cause", self.cause.clone()),
                 ("order", order),
                 ("page", opt((self.page > 0).then_some(self.page))),
                 ("find", self.find.clone()),
@@ -150,6 +154,7 @@ mod tests {
             instance: "gpu-7,gpu-8".into(),
             range: "1h".into(),
             slo: "breach".into(),
+            cause: "queue_backlog".into(),
             order: "e2e_asc".into(),
             page: 2,
             ..ExplorerQuery::default()
@@ -157,7 +162,7 @@ mod tests {
         let href = q.href();
         assert_eq!(
             href,
-            "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&order=e2e_asc&page=2"
+            "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&cause=queue_backlog&order=e2e_asc&page=2"
         );
         let pairs = crate::query::parse(href.trim_start_matches('/'));
         let lookup = |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone());

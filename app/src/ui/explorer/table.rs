@@ -104,7 +104,7 @@ pub fn Requests(data: ExplorerData, query: ExplorerQuery) -> impl IntoView {
     let rows = list
         .requests
         .into_iter()
-        .map(|r| row(r, ttft_slo, tpot_slo, zone))
+        .map(|r| row(r, ttft_slo, tpot_slo, zone, &query))
         .collect_view();
     view! {
         <section class="panel" data-testid="request-table">
@@ -120,7 +120,7 @@ pub fn Requests(data: ExplorerData, query: ExplorerQuery) -> impl IntoView {
             {empty}
             <table class="grid" data-testid="requests">
                 <thead><tr>
-                    <th>"Request"</th><th>"Instance"</th>{header}<th>"Finish"</th><th>"SLO"</th><th></th>
+                    <th>"Request"</th><th>"Instance"</th>{header}<th>"Finish"</th><th>"SLO"</th><th>"Cause"</th><th></th>
                 </tr></thead>
                 <tbody>{rows}</tbody>
             </table>
@@ -128,7 +128,35 @@ pub fn Requests(data: ExplorerData, query: ExplorerQuery) -> impl IntoView {
     }
 }
 
-fn row(r: RequestSummary, ttft_slo: f64, tpot_slo: f64, zone: RwSignal<Zone>) -> impl IntoView {
+/// The cause cell: the stored findings' first (most severe) cause, linking to the requests with
+/// that cause; "…" while the findings are being worked out.
+fn cause_cell(causes: Option<Vec<String>>, query: &ExplorerQuery) -> AnyView {
+    match causes {
+        None => view! {
+            <span class="muted" title="New data around this request: its findings are being worked out">"…"</span>
+        }
+        .into_any(),
+        Some(list) if list.is_empty() => view! { <span class="muted">"–"</span> }.into_any(),
+        Some(list) => {
+            let first = list[0].clone();
+            let href = query.with(|q| q.cause = first.clone()).href();
+            let more = (list.len() > 1).then(|| format!(" +{}", list.len() - 1));
+            view! {
+                <a class="cause" href=href title=list.join(", ") data-testid="cause">{first.replace('_', " ")}</a>
+                {more.map(|m| view! { <span class="muted">{m}</span> })}
+            }
+            .into_any()
+        }
+    }
+}
+
+fn row(
+    r: RequestSummary,
+    ttft_slo: f64,
+    tpot_slo: f64,
+    zone: RwSignal<Zone>,
+    query: &ExplorerQuery,
+) -> impl IntoView + use<> {
     let ms = |v: Option<f64>| v.map(duration_ms).unwrap_or_else(|| "–".into());
     let ttft_bad = r.ttft_ms.is_some_and(|v| v > ttft_slo);
     let tpot_bad = r.tpot_ms.is_some_and(|v| v > tpot_slo);
@@ -141,6 +169,7 @@ fn row(r: RequestSummary, ttft_slo: f64, tpot_slo: f64, zone: RwSignal<Zone>) ->
     let wf = waterfall_href(&r.instance, &r.request_id, r.arrival_ns, r.e2e_ms);
     let req = request_href(&r.instance, &r.request_id);
     let arrival = r.arrival_ns;
+    let cause = cause_cell(r.causes, query);
     view! {
         <tr data-request=r.request_id.clone()>
             <td class="id"><a href=req.clone() title="Open the request page">{r.request_id.clone()}</a></td>
@@ -154,6 +183,7 @@ fn row(r: RequestSummary, ttft_slo: f64, tpot_slo: f64, zone: RwSignal<Zone>) ->
             <td class="num">{thousands(r.output_tokens.into())}</td>
             <td>{r.finish_reason.as_str()}</td>
             <td><span class="verdict" class:bad=verdict != "met">{if verdict == "met" { "met".to_string() } else { format!("{verdict} ▲") }}</span></td>
+            <td class="text">{cause}</td>
             <td class="links"><a href=wf data-testid="waterfall-link" title="Show this request's moment in the waterfall">"waterfall"</a></td>
         </tr>
     }

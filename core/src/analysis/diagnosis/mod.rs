@@ -40,6 +40,26 @@ pub enum Cause {
 }
 
 impl Cause {
+    pub const ALL: [Cause; 12] = [
+        Cause::PrefillInterruptedDecode,
+        Cause::PrefillMonopolized,
+        Cause::QueueBacklog,
+        Cause::KvPreempted,
+        Cause::KvTransferSlow,
+        Cause::DecodeStalled,
+        Cause::EngineSaturated,
+        Cause::LongPrompt,
+        Cause::DecodeSlow,
+        Cause::Unexplained,
+        Cause::LowProbabilityEos,
+        Cause::LowProbabilityToken,
+    ];
+
+    /// The cause the API names `name`.
+    pub fn parse(name: &str) -> Option<Cause> {
+        Cause::ALL.into_iter().find(|c| c.name() == name)
+    }
+
     /// A cause in what the model said (rather than how fast it said it).
     pub fn is_word_choice(self) -> bool {
         matches!(self, Cause::LowProbabilityEos | Cause::LowProbabilityToken)
