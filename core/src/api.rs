@@ -32,6 +32,23 @@ pub struct RequestSummary {
     pub causes: Option<Vec<String>>,
 }
 
+/// A request whose stored findings name another as a culprit (`GET …/victims`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Victim {
+    pub request_id: String,
+    pub instance: String,
+    /// The causes of its findings that name the culprit.
+    pub causes: Vec<String>,
+    /// How long the culprit held the engine in its wait or stall, from the findings' evidence.
+    pub held_ms: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VictimList {
+    /// Most held first.
+    pub victims: Vec<Victim>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestList {
     pub requests: Vec<RequestSummary>,

@@ -206,3 +206,23 @@ test("long-prompt-monopolizes: the short request's first token waited on the lon
   await expect(first).toContainText("lpm-long");
   await page.screenshot({ path: "test-results/request-long-prompt-monopolizes.png", fullPage: true });
 });
+
+test("stored findings: the explorer names each request's cause and a culprit's page lists whom it held up", async ({ page }) => {
+  // The server stores findings a few seconds after the data settled: wait for the demo's.
+  await expect(async () => {
+    await page.goto("/?cause=prefill_interrupted_decode");
+    await hydrated(page);
+    await expect(page.locator('tr[data-request="pid-victim"] [data-testid="cause"]')).toHaveText("prefill interrupted decode", { timeout: 1_000 });
+  }).toPass({ timeout: 90_000 });
+  // Every row the filter leaves has the cause.
+  const causes = await page.getByTestId("cause").allTextContents();
+  expect(causes.length).toBeGreaterThan(0);
+  expect(causes.every((c) => c === "prefill interrupted decode")).toBe(true);
+
+  await page.goto("/requests/pid-prefill-02?instance=sim-pid");
+  await hydrated(page);
+  const held = page.getByTestId("held-up");
+  await expect(held).toContainText("Held up");
+  await expect(held.getByRole("link", { name: "pid-victim" })).toHaveAttribute("href", /\/requests\/pid-victim/);
+  await expect(page.getByTestId("request-id")).toHaveText("pid-prefill-02");
+});

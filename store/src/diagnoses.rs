@@ -385,6 +385,50 @@ impl Store {
             .collect())
     }
 
+    /// The stored diagnoses on an instance that name `culprit` (alive from `arrival_ns` to
+    /// `finished_ns`) as a culprit: requests alive at the same time, at most `limit`.
+    pub async fn victims_of(
+        &self,
+        instance_id: i32,
+        culprit: &str,
+        arrival_ns: Nanos,
+        finished_ns: Nanos,
+        limit: i64,
+    ) -> Result<Vec<DiagnosisRow>> {
+        let rows = sqlx::query!(
+            "SELECT request_id, arrival_ns, finished_ns, speed_degraded, words_degraded, worst, excess,
+                    causes, culprits, diagnosis
+             FROM diagnoses
+             WHERE instance_id = $1 AND culprits @> ARRAY[$2::text]
+               AND arrival_ns >= $3 AND arrival_ns <= $4 AND finished_ns >= $5
+             ORDER BY worst DESC, excess DESC, request_id
+             LIMIT $6",
+            instance_id,
+            culprit,
+            arrival_ns - REQUEST_LOOKBACK_NS,
+            finished_ns,
+            arrival_ns,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| DiagnosisRow {
+                request_id: r.request_id,
+                arrival_ns: r.arrival_ns,
+                finished_ns: r.finished_ns,
+                speed_degraded: r.speed_degraded,
+                words_degraded: r.words_degraded,
+                worst: r.worst,
+                excess: r.excess,
+                causes: r.causes,
+                culprits: r.culprits,
+                diagnosis: r.diagnosis,
+            })
+            .collect())
+    }
+
     /// Ids of instances by key (unknown keys are left out).
     pub async fn instance_ids(&self, keys: &[String]) -> Result<Vec<i32>> {
         Ok(sqlx::query_scalar!(

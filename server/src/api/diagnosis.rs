@@ -1,5 +1,5 @@
-//! `GET /api/v1/requests/{id}/diagnosis` and `GET /api/v1/diagnosis` (a window's degraded
-//! requests, worst first).
+//! `GET /api/v1/requests/{id}/diagnosis`, `GET /api/v1/requests/{id}/victims` (whom its
+//! prefill held up) and `GET /api/v1/diagnosis` (a window's degraded requests, worst first).
 
 use axum::{
     Json,
@@ -7,6 +7,7 @@ use axum::{
 };
 
 use tokenscope_core::analysis::diagnosis::Diagnosis;
+use tokenscope_core::api::VictimList;
 
 use super::{ThresholdParams, list, parse_int};
 use crate::error::{Error, Result};
@@ -22,6 +23,18 @@ pub(super) async fn diagnose_request(
     Ok(Json(
         crate::query::diagnosis::request(&store, &request_id, &instances, &th).await?,
     ))
+}
+
+/// `GET /api/v1/requests/{id}/victims`: the requests whose stored findings name this one as a
+/// culprit.
+pub(super) async fn victims(
+    State(store): State<Store>,
+    Path(request_id): Path<String>,
+    Query(p): Query<ThresholdParams>,
+) -> Result<Json<VictimList>> {
+    let instances = list(p.instance.clone());
+    let l = crate::query::requests::load(&store, &request_id, &instances).await?;
+    Ok(Json(crate::query::findings::victims(&store, &l).await?))
 }
 
 #[derive(Debug, serde::Serialize)]

@@ -48,6 +48,10 @@ pub fn router(state: AppState, keys: Option<Arc<IngestKeys>>) -> Router {
             get(diagnosis::diagnose_request),
         )
         .route(
+            "/api/v1/requests/{request_id}/victims",
+            get(diagnosis::victims),
+        )
+        .route(
             "/api/v1/requests/{request_id}/tokens.csv",
             get(export::tokens_csv),
         )

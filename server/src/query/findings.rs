@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use tokenscope_core::analysis::diagnosis::{Diagnosis, Severity, Thresholds, Verdict};
 use tokenscope_core::analysis::metrics::request_metrics;
+use tokenscope_core::api::{Victim, VictimList};
 use tokenscope_core::model::{Nanos, RequestTrace};
 
 use crate::error::{Error, Result};
-use crate::store::{DiagnosisRow, Store};
+use crate::store::{DiagnosisRow, Loaded, Store};
 
 /// Requests diagnosed and written at a time.
 const PAGE: i64 = 256;
@@ -80,6 +81,64 @@ pub fn row_of(r: &RequestTrace, d: &Diagnosis) -> Result<Option<DiagnosisRow>> {
 pub fn parse(value: serde_json::Value) -> Result<Diagnosis> {
     serde_json::from_value(value)
         .map_err(|e| Error::Internal(format!("a stored diagnosis is unreadable: {e}")))
+}
+
+/// At most this many victims are listed for a culprit.
+const VICTIMS: i64 = 100;
+
+/// The requests whose stored findings name `l` as a culprit ("which requests did this one
+/// hurt?"), most held first; a PD request's on each of its parts' instances.
+pub async fn victims(store: &Store, l: &Loaded) -> Result<VictimList> {
+    let parts: Vec<&Loaded> = if l.parts.is_empty() {
+        vec![l]
+    } else {
+        l.parts.iter().collect()
+    };
+    let mut victims = Vec::new();
+    for p in parts {
+        let t = &p.trace;
+        for row in store
+            .victims_of(
+                p.instance_id,
+                &t.request_id,
+                t.arrival_ns,
+                t.finished_ns,
+                VICTIMS,
+            )
+            .await?
+        {
+            let d = parse(row.diagnosis)?;
+            let (mut causes, mut held) = (Vec::new(), 0.0f64);
+            for f in d
+                .findings
+                .iter()
+                .filter(|f| f.culprits.contains(&t.request_id))
+            {
+                if !causes.contains(&f.cause.name().to_string()) {
+                    causes.push(f.cause.name().to_string());
+                }
+                let of = |c: &&serde_json::Value| c["request_id"] == t.request_id.as_str();
+                let ms = f.evidence["culprits"]
+                    .as_array()
+                    .and_then(|cs| cs.iter().find(of))
+                    .and_then(|c| c["held_ms"].as_f64())
+                    .unwrap_or(0.0);
+                held = held.max(ms);
+            }
+            victims.push(Victim {
+                request_id: d.request_id,
+                instance: p.instance.clone(),
+                causes,
+                held_ms: held,
+            });
+        }
+    }
+    victims.sort_by(|a, b| {
+        b.held_ms
+            .total_cmp(&a.held_ms)
+            .then(a.request_id.cmp(&b.request_id))
+    });
+    Ok(VictimList { victims })
 }
 
 /// Diagnoses every request of an instance alive in `[from, to]` and stores the result; returns

@@ -121,7 +121,12 @@ async fn stored_findings_are_the_diagnosis_computed_when_asked() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["cause"].as_str().unwrap().to_string(), c["requests"].as_u64().unwrap()))
+        .map(|c| {
+            (
+                c["cause"].as_str().unwrap().to_string(),
+                c["requests"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(got, want);
 
@@ -234,6 +239,31 @@ async fn a_late_culprit_changes_its_victims_stored_findings_within_a_settle_peri
     assert!(
         waited < SETTLE * 2 + Duration::from_secs(2),
         "took {waited:?} with a {SETTLE:?} settle time"
+    );
+
+    // Which requests did a culprit hurt? The reverse of the victim's culprits.
+    for culprit in &culprits {
+        let hurt = app
+            .get_json(&format!(
+                "/api/v1/requests/{culprit}/victims?instance=sim-pid"
+            ))
+            .await;
+        let v = hurt["victims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["request_id"] == "pid-victim")
+            .unwrap_or_else(|| panic!("{culprit} hurt pid-victim: {hurt}"));
+        assert_eq!(v["causes"][0], "prefill_interrupted_decode");
+        assert!(v["held_ms"].as_f64().unwrap() > 100.0, "{v}");
+    }
+    let none = app
+        .get_json("/api/v1/requests/pid-victim/victims?instance=sim-pid")
+        .await;
+    assert_eq!(
+        none["victims"],
+        serde_json::json!([]),
+        "the victim hurt no one"
     );
 
     // The explorer's list shows each request's stored causes and filters by them.

@@ -17,7 +17,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::analysis::diagnosis::{Diagnosis, Thresholds};
-use crate::api::{RequestDetail, RequestList, RequestSummary};
+use crate::api::{RequestDetail, RequestList, RequestSummary, VictimList};
 use crate::query::{build, encode};
 use crate::ui::fetch::get_json;
 use state::RequestQuery;
@@ -31,7 +31,9 @@ pub enum Missing {
     Several(Vec<RequestSummary>),
 }
 
-async fn load(id: String, instance: String) -> Result<(RequestDetail, Diagnosis), Missing> {
+type Loaded = (RequestDetail, Diagnosis, VictimList);
+
+async fn load(id: String, instance: String) -> Result<Loaded, Missing> {
     let q = build(&[("instance", instance.clone())]);
     let path = encode(&id);
     let d: RequestDetail = match get_json(format!("/api/v1/requests/{path}{q}")).await {
@@ -52,7 +54,10 @@ async fn load(id: String, instance: String) -> Result<(RequestDetail, Diagnosis)
     let dx: Diagnosis = get_json(format!("/api/v1/requests/{path}/diagnosis{q}"))
         .await
         .map_err(Missing::Error)?;
-    Ok((d, dx))
+    let hurt: VictimList = get_json(format!("/api/v1/requests/{path}/victims{q}"))
+        .await
+        .map_err(Missing::Error)?;
+    Ok((d, dx, hurt))
 }
 
 fn missing(m: Missing) -> impl IntoView {
@@ -115,9 +120,9 @@ pub fn RequestPage() -> impl IntoView {
         <Suspense fallback=|| view! { <section class="panel skeleton-block" aria-busy="true"><div class="row"></div><div class="row"></div><div class="bar"></div></section> }>
             {move || data.get().map(|r| match r {
                 Err(m) => missing(m).into_any(),
-                Ok((d, dx)) => {
+                Ok((d, dx, hurt)) => {
                     let q = query.with_untracked(|p| RequestQuery::from_lookup(|k| p.get(k)));
-                    page(d, dx, q, true).into_any()
+                    page(d, dx, hurt, q, true).into_any()
                 }
             })}
         </Suspense>
@@ -127,10 +132,16 @@ pub fn RequestPage() -> impl IntoView {
 /// A request's page from data already at hand (an incident's snapshot): no live links, no
 /// "create incident".
 pub fn frozen(d: RequestDetail, dx: Diagnosis, q: RequestQuery) -> impl IntoView {
-    page(d, dx, q, false)
+    page(d, dx, VictimList::default(), q, false)
 }
 
-fn page(d: RequestDetail, dx: Diagnosis, q: RequestQuery, live: bool) -> impl IntoView {
+fn page(
+    d: RequestDetail,
+    dx: Diagnosis,
+    hurt: VictimList,
+    q: RequestQuery,
+    live: bool,
+) -> impl IntoView {
     let n = d.tokens.len() as u32;
     let timed = d.tokens.iter().any(|t| t.latency_ms.is_some());
     let log_auto = timeline::geometry::wants_log(&d.tokens);
@@ -161,7 +172,7 @@ fn page(d: RequestDetail, dx: Diagnosis, q: RequestQuery, live: bool) -> impl In
     let words = view! { <words::Words rq=rq/> };
     view! {
         <div class="rq" data-testid="request-page">
-            <summary::Head rq=rq dx=dx/>
+            <summary::Head rq=rq dx=dx hurt=hurt/>
             {match (timed, words_first) {
                 (true, false) => view! { <stages::Strip rq=rq/> <timeline::Timeline rq=rq/> {words} }.into_any(),
                 (true, true) => view! { {words} <stages::Strip rq=rq/> <timeline::Timeline rq=rq/> }.into_any(),

@@ -5,7 +5,7 @@ use leptos::prelude::*;
 
 use super::Rq;
 use crate::analysis::diagnosis::{Diagnosis, Verdict};
-use crate::api::{RequestDetail, StageKind};
+use crate::api::{RequestDetail, StageKind, VictimList};
 use crate::links::{request_href, waterfall_href};
 use crate::model::{FinishReason, Role, SamplingParams, ms};
 use crate::query::{build, encode};
@@ -127,8 +127,40 @@ fn nothing_to_explain(finish: FinishReason) -> &'static str {
     }
 }
 
+/// At most this many of the requests it held up are named.
+const HURT_SHOWN: usize = 8;
+
+/// "Held up 6 other requests": the requests whose findings name this one as a culprit, most
+/// held first, each linked.
+fn held_up(hurt: VictimList) -> Option<impl IntoView> {
+    let n = hurt.victims.len();
+    (n > 0).then(|| {
+        let items = hurt
+            .victims
+            .into_iter()
+            .take(HURT_SHOWN)
+            .map(|v| {
+                let href = request_href(&v.instance, &v.request_id);
+                let why = v.causes.join(", ").replace('_', " ");
+                view! {
+                    <li><a href=href>{v.request_id.clone()}</a>
+                        {format!(" {} ({why})", duration_ms(v.held_ms))}</li>
+                }
+            })
+            .collect_view();
+        let more = n.saturating_sub(HURT_SHOWN);
+        view! {
+            <div class="held-up" data-testid="held-up">
+                <p><b>{format!("Held up {n} other request{}", if n == 1 { "" } else { "s" })}</b>
+                    " (their findings name this one; time its prefill held the engine in their wait):"</p>
+                <ul>{items}{(more > 0).then(|| view! { <li class="muted">{format!("and {more} more")}</li> })}</ul>
+            </div>
+        }
+    })
+}
+
 #[component]
-pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
+pub fn Head(rq: Rq, dx: Diagnosis, hurt: VictimList) -> impl IntoView {
     let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
     let th = rq.th.get_value();
     rq.d.with_value(|d| {
@@ -184,6 +216,7 @@ pub fn Head(rq: Rq, dx: Diagnosis) -> impl IntoView {
                     {findings}
                     {quiet.then(|| view! { <li class="muted">{nothing_to_explain(s.finish_reason)}</li> })}
                 </ul>
+                {held_up(hurt)}
                 {if rq.live {
                     view! {
                         {links(d)}

@@ -137,9 +137,12 @@ pub(super) fn slow_first_token(
                 "{}: {} of it waiting in the queue{}{meanwhile}.",
                 wait.lead(th),
                 duration(queue),
-                waiting
-                    .map(|w| format!(" behind up to {w} requests"))
-                    .unwrap_or_default()
+                // The engine's count of waiting requests, when it saw any besides this one.
+                match waiting {
+                    Some(2) => " behind up to 1 other request".to_string(),
+                    Some(w) if w > 2 => format!(" behind up to {} other requests", w - 1),
+                    _ => String::new(),
+                }
             ),
             culprits: named.iter().map(|c| c.id.clone()).collect(),
             evidence: wait.evidence(serde_json::json!({
