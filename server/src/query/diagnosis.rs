@@ -116,7 +116,11 @@ pub async fn window(
         f.from_ns.unwrap_or(Nanos::MIN),
         f.to_ns.unwrap_or(Nanos::MAX),
     );
-    let mut out = Vec::new();
+    // Far behind (or no worker): the first `limit` requests, diagnosed here, as without rows.
+    let Some(fresh) = unsettled(store, f, th, limit as usize).await? else {
+        return computed(store, f, th, limit).await;
+    };
+    let mut out = fresh;
     for (_, row) in store
         .stored_diagnoses(instances.as_deref(), from, to, limit)
         .await?
@@ -124,7 +128,6 @@ pub async fn window(
         let d = parse(row.diagnosis)?;
         out.push((worst(&d), row.excess, d));
     }
-    out.extend(unsettled(store, f, th).await?);
     Ok(worst_first(out, limit))
 }
 
@@ -138,12 +141,14 @@ pub(super) async fn instance_ids(store: &Store, f: &RequestFilter) -> Result<Opt
 
 /// The degraded requests of `f`'s window (its instances, engine, version, model) that data
 /// still waiting for the findings worker touches, diagnosed here: what the stored findings
-/// leave out. With their worst severity and how far past its SLO each was.
+/// leave out. With their worst severity and how far past its SLO each was. `None` when there are
+/// more than `budget` such requests (the worker is far behind, or none runs).
 pub(super) async fn unsettled(
     store: &Store,
     f: &RequestFilter,
     th: &Thresholds,
-) -> Result<Vec<(Severity, f64, Diagnosis)>> {
+    budget: usize,
+) -> Result<Option<Vec<(Severity, f64, Diagnosis)>>> {
     let (from, to) = (
         f.from_ns.unwrap_or(Nanos::MIN),
         f.to_ns.unwrap_or(Nanos::MAX),
@@ -152,7 +157,7 @@ pub(super) async fn unsettled(
         .pending_diagnosis(instance_ids(store, f).await?.as_deref(), from, to)
         .await?;
     if pending.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Some(Vec::new()));
     }
     // Engine and version are the instance's; the model is each request's.
     let instances = store.list_instances().await?;
@@ -165,7 +170,7 @@ pub(super) async fn unsettled(
                     .is_none_or(|v| i.engine_version == v)
         })
     };
-    let mut out = Vec::new();
+    let (mut out, mut seen) = (Vec::new(), 0);
     for (instance_id, key, lo, hi) in pending {
         if !matches(&key) {
             continue;
@@ -181,6 +186,10 @@ pub(super) async fn unsettled(
                 .map(|l| &l.trace)
                 .filter(|t| t.arrival_ns >= from && t.arrival_ns < to)
                 .collect();
+            seen += traces.len();
+            if seen > budget {
+                return Ok(None);
+            }
             for (t, d) in traces
                 .iter()
                 .zip(together(store, instance_id, &traces, th).await?)
@@ -197,7 +206,7 @@ pub(super) async fn unsettled(
             }
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// The degraded requests among the first `limit` that match `f` (its instances, engine,

@@ -87,13 +87,17 @@ pub async fn compare_side(
     th: &Thresholds,
 ) -> Result<CompareSide> {
     let s = store.set_stats(f).await?;
-    let (causes, diagnosed) = if *th == Thresholds::default() {
-        (stored_cause_counts(store, f).await?, s.requests)
+    let stored = if *th == Thresholds::default() {
+        stored_cause_counts(store, f).await?
     } else {
-        (
+        None
+    };
+    let (causes, diagnosed) = match stored {
+        Some(counts) => (counts, s.requests),
+        None => (
             cause_counts(store, f, th).await?,
             s.requests.min(DIAGNOSED as u64),
-        )
+        ),
     };
     let (mut ttft_histogram, mut tpot_histogram) = (Vec::new(), Vec::new());
     for r in store.histogram(f, BINS_PER_OCTAVE).await? {
@@ -125,8 +129,9 @@ pub async fn compare_side(
 }
 
 /// Requests per cause over the whole side: the stored findings, and the requests that data still
-/// waiting for the findings worker touches, diagnosed here.
-async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Vec<CauseCount>> {
+/// waiting for the findings worker touches, diagnosed here; `None` when more than `DIAGNOSED`
+/// of those wait (the worker is far behind, or none runs).
+async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Option<Vec<CauseCount>>> {
     let mut by: BTreeMap<Cause, CauseCount> = BTreeMap::new();
     for (name, n, examples) in store.cause_counts(f, EXAMPLES as i64).await? {
         let cause = Cause::parse(&name)
@@ -141,7 +146,10 @@ async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Vec<Cau
         );
     }
     let th = Thresholds::default();
-    let mut fresh = super::diagnosis::unsettled(store, f, &th).await?;
+    let Some(mut fresh) = super::diagnosis::unsettled(store, f, &th, DIAGNOSED as usize).await?
+    else {
+        return Ok(None);
+    };
     fresh.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));
     for (_, _, d) in fresh {
         let causes: BTreeSet<Cause> = d.findings.iter().map(|x| x.cause).collect();
@@ -159,7 +167,7 @@ async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Vec<Cau
     }
     let mut causes: Vec<CauseCount> = by.into_values().collect();
     causes.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.cause.cmp(&b.cause)));
-    Ok(causes)
+    Ok(Some(causes))
 }
 
 /// Degraded requests per cause among the side's first `DIAGNOSED` requests (thresholds other

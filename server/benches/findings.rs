@@ -1,0 +1,187 @@
+//! Findings benchmark: an hour of traffic on four simulated instances (100,000 requests by
+//! default, `TOKENSCOPE_FINDINGS_REQUESTS` to change), stored, then diagnosed by the findings
+//! worker's code as it runs in the server (how many requests a second it keeps up with), then the
+//! reads that use the stored findings, timed over HTTP: the hour's window diagnosis, compare of
+//! its two halves, the explorer filtered by a cause, and a culprit's victims.
+//!
+//! `scripts/bench findings`, or `cargo bench -p tokenscope --bench findings` with
+//! TOKENSCOPE_TEST_DATABASE_URL set.
+
+/// The allocator the `tokenscope` binary runs with (`server/src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[path = "../tests/it/common/mod.rs"]
+#[allow(dead_code)] // the benches use only part of the test harness
+mod common;
+
+use std::time::{Duration, Instant};
+
+use sqlx::Connection;
+
+use tokenscope_sim as sim;
+
+const INSTANCES: usize = 4;
+const HOUR_S: f64 = 3600.0;
+const RUNS: usize = 20;
+
+#[tokio::main]
+async fn main() {
+    let wanted: f64 = std::env::var("TOKENSCOPE_FINDINGS_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000.0);
+    let app = common::spawn_app().await;
+    let running = &app.running;
+    let start = 1_796_022_000_000_000_000i64;
+    let end = start + (HOUR_S * 1e9) as i64;
+
+    // Bursty Poisson traffic (three times the rate every other 10 s) on each instance.
+    let t = Instant::now();
+    let profile = sim::cost::profile("llama-8b-h100").unwrap();
+    let runs: Vec<_> = (0..INSTANCES)
+        .map(|k| {
+            let mut rng = tokenscope::fixtures::Rng::new(11 + k as u64);
+            let name = format!("gpu-{k}");
+            let rate = wanted / INSTANCES as f64 / HOUR_S / 2.0;
+            let reqs = sim::load::poisson(&name, start, rate, HOUR_S, true, &mut rng);
+            sim::traffic(&name, profile, reqs, 11 + k as u64)
+        })
+        .collect();
+    let requests: usize = runs.iter().map(|r| r.output.requests.len()).sum();
+    let tokens: u64 = runs
+        .iter()
+        .flat_map(|r| &r.output.requests)
+        .map(|r| u64::from(r.output_tokens))
+        .sum();
+    println!(
+        "findings over {requests} requests ({tokens} output tokens) in an hour on {INSTANCES} instances (simulated in {:.0} s)",
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    sim::deliver::send(
+        &format!("http://{}", running.grpc_addr),
+        sim::deliver::batches(&runs),
+        f64::INFINITY,
+        false,
+    )
+    .await
+    .unwrap();
+    let ingest = t.elapsed().as_secs_f64();
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    sqlx::query("VACUUM ANALYZE")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    println!(
+        "  stored in {ingest:.0} s ({:.0} requests/s, {:.0} tokens/s)",
+        requests as f64 / ingest,
+        tokens as f64 / ingest
+    );
+
+    // The worker's code, on one task as the server runs it.
+    let t = Instant::now();
+    let mut diagnosed = 0;
+    loop {
+        let n = tokenscope::query::findings::drain(&running.store, Duration::ZERO)
+            .await
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        diagnosed += n;
+    }
+    let took = t.elapsed().as_secs_f64();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM diagnoses")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    println!(
+        "  worker: {diagnosed} requests diagnosed and stored in {took:.0} s ({:.0} requests/s, {:.0} output tokens/s); {rows} not healthy",
+        diagnosed as f64 / took,
+        tokens as f64 / took
+    );
+    sqlx::query("VACUUM ANALYZE")
+        .execute(&mut db)
+        .await
+        .unwrap();
+
+    let base = format!("http://{}", running.http_addr);
+    let half = start + (end - start) / 2;
+    let culprit: String = sqlx::query_scalar(
+        "SELECT c FROM diagnoses, unnest(culprits) AS c GROUP BY c ORDER BY count(*) DESC LIMIT 1",
+    )
+    .fetch_one(&mut db)
+    .await
+    .unwrap();
+    let culprit_instance: String = sqlx::query_scalar(
+        "SELECT i.instance_key FROM requests r JOIN instances i ON i.id = r.instance_id WHERE r.request_id = $1",
+    )
+    .bind(&culprit)
+    .fetch_one(&mut db)
+    .await
+    .unwrap();
+    let cases = [
+        (
+            "window diagnosis of the hour (limit 500)",
+            format!("{base}/api/v1/diagnosis?from={start}&to={end}&limit=500"),
+        ),
+        (
+            "window diagnosis of the hour (limit 5,000)",
+            format!("{base}/api/v1/diagnosis?from={start}&to={end}&limit=5000"),
+        ),
+        (
+            "compare of the two half-hours",
+            format!("{base}/api/v1/compare?a_from={start}&a_to={half}&b_from={half}&b_to={end}"),
+        ),
+        (
+            "explorer page, cause filter",
+            format!(
+                "{base}/api/v1/requests?from={start}&to={end}&cause=prefill_interrupted_decode&limit=100"
+            ),
+        ),
+        (
+            "a culprit's victims",
+            format!("{base}/api/v1/requests/{culprit}/victims?instance={culprit_instance}"),
+        ),
+    ];
+    for (name, url) in &cases {
+        measure(&app.client, name, url).await;
+    }
+    // Before stored findings: the first 5,000 requests diagnosed on the spot (other thresholds
+    // take that path).
+    measure(
+        &app.client,
+        "on the spot, first 5,000 (ttft_ms=2001)",
+        &format!("{base}/api/v1/diagnosis?from={start}&to={end}&limit=5000&ttft_ms=2001"),
+    )
+    .await;
+}
+
+/// The query `RUNS` times (5 for the slow one); prints p50 / p95 and the reply's size.
+async fn measure(client: &reqwest::Client, name: &str, url: &str) {
+    let runs = if url.contains("ttft_ms=") { 5 } else { RUNS };
+    let mut times = Vec::with_capacity(runs);
+    let mut bytes = 0;
+    for _ in 0..runs {
+        let t = Instant::now();
+        let response = client.get(url).send().await.unwrap();
+        assert!(
+            response.status().is_success(),
+            "{url}: {}",
+            response.status()
+        );
+        bytes = response.bytes().await.unwrap().len();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "  {name:<44} p50 / p95  {:>7.1} / {:>7.1} ms   reply {:.2} MB",
+        ms(times[runs / 2]),
+        ms(times[(runs * 95 / 100).min(runs - 1)]),
+        bytes as f64 / 1e6
+    );
+}
