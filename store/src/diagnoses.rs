@@ -197,11 +197,7 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            out.push(self.decode_request(row).await?);
-        }
-        Ok(out)
+        self.decode_requests(rows).await
     }
 
     /// Replaces the stored diagnoses of `requests` (request id, arrival) of an instance with
@@ -282,17 +278,18 @@ impl Store {
     }
 
     /// The settled stored diagnoses of requests that arrived in `[from, to)` on these instances
-    /// (all: `None`), worst first, at most `limit`: (instance id, row). Those with data waiting
-    /// in the queue are left out (the caller diagnoses them itself).
+    /// (all: `None`), worst first, at most `limit`. Those with data waiting in the queue are left
+    /// out (the caller diagnoses them itself).
     pub async fn stored_diagnoses(
         &self,
         instances: Option<&[i32]>,
         from: Nanos,
         to: Nanos,
         limit: i64,
-    ) -> Result<Vec<(i32, DiagnosisRow)>> {
-        let rows = sqlx::query!(
-            "SELECT instance_id, request_id, arrival_ns, finished_ns, speed_degraded, words_degraded,
+    ) -> Result<Vec<DiagnosisRow>> {
+        Ok(sqlx::query_as!(
+            DiagnosisRow,
+            "SELECT request_id, arrival_ns, finished_ns, speed_degraded, words_degraded,
                     worst, excess, causes, culprits, diagnosis
              FROM diagnoses d
              WHERE ($1::int[] IS NULL OR instance_id = ANY($1)) AND arrival_ns >= $2 AND arrival_ns < $3
@@ -306,27 +303,7 @@ impl Store {
             limit
         )
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                (
-                    r.instance_id,
-                    DiagnosisRow {
-                        request_id: r.request_id,
-                        arrival_ns: r.arrival_ns,
-                        finished_ns: r.finished_ns,
-                        speed_degraded: r.speed_degraded,
-                        words_degraded: r.words_degraded,
-                        worst: r.worst,
-                        excess: r.excess,
-                        causes: r.causes,
-                        culprits: r.culprits,
-                        diagnosis: r.diagnosis,
-                    },
-                )
-            })
-            .collect())
+        .await?)
     }
 
     /// Stored diagnoses of requests that arrived since `since_ns`, by instance and cause (a
@@ -395,7 +372,8 @@ impl Store {
         finished_ns: Nanos,
         limit: i64,
     ) -> Result<Vec<DiagnosisRow>> {
-        let rows = sqlx::query!(
+        Ok(sqlx::query_as!(
+            DiagnosisRow,
             "SELECT request_id, arrival_ns, finished_ns, speed_degraded, words_degraded, worst, excess,
                     causes, culprits, diagnosis
              FROM diagnoses
@@ -411,22 +389,7 @@ impl Store {
             limit
         )
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| DiagnosisRow {
-                request_id: r.request_id,
-                arrival_ns: r.arrival_ns,
-                finished_ns: r.finished_ns,
-                speed_degraded: r.speed_degraded,
-                words_degraded: r.words_degraded,
-                worst: r.worst,
-                excess: r.excess,
-                causes: r.causes,
-                culprits: r.culprits,
-                diagnosis: r.diagnosis,
-            })
-            .collect())
+        .await?)
     }
 
     /// Ids of instances by key (unknown keys are left out).

@@ -289,11 +289,7 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            out.push(self.decode_request(row).await?);
-        }
-        Ok(out)
+        self.decode_requests(rows).await
     }
 
     /// A page of the stored requests that match `f`'s instances, engine, model and window, oldest
@@ -328,6 +324,11 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
+        self.decode_requests(rows).await
+    }
+
+    /// Stored rows as the model, in their order.
+    pub(crate) async fn decode_requests(&self, rows: Vec<StoredRequest>) -> Result<Vec<Loaded>> {
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             out.push(self.decode_request(row).await?);
@@ -337,7 +338,7 @@ impl Store {
 
     /// A stored row as the model: the detail applied, the token block decoded, texts from the
     /// model's vocabulary filled in.
-    pub(crate) async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
+    async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
         let detail = Detail::parse(row.detail)?;
         let tokens = match &row.tokens {
             None => Vec::new(),

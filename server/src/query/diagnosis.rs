@@ -121,7 +121,7 @@ pub async fn window(
         return computed(store, f, th, limit).await;
     };
     let mut out = fresh;
-    for (_, row) in store
+    for row in store
         .stored_diagnoses(instances.as_deref(), from, to, limit)
         .await?
     {

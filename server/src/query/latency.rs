@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use tokenscope_core::analysis::compare::{BINS_PER_OCTAVE, bin};
-use tokenscope_core::analysis::diagnosis::{Cause, Thresholds};
+use tokenscope_core::analysis::diagnosis::{Cause, Diagnosis, Thresholds};
 use tokenscope_core::analysis::waterfall::bucket_ns;
 use tokenscope_core::api::{CauseCount, CompareSide, LatencyBucket, LatencySeries, Percentiles};
 use tokenscope_core::model::Nanos;
@@ -151,7 +151,16 @@ async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Option<
         return Ok(None);
     };
     fresh.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));
-    for (_, _, d) in fresh {
+    Ok(Some(tally(by, fresh.into_iter().map(|x| x.2))))
+}
+
+/// Adds each diagnosis to its causes' counts (two findings of one cause on one request count
+/// once; the first diagnoses of a cause are its examples), most requests first.
+fn tally(
+    mut by: BTreeMap<Cause, CauseCount>,
+    diagnoses: impl IntoIterator<Item = Diagnosis>,
+) -> Vec<CauseCount> {
+    for d in diagnoses {
         let causes: BTreeSet<Cause> = d.findings.iter().map(|x| x.cause).collect();
         for cause in causes {
             let c = by.entry(cause).or_insert_with(|| CauseCount {
@@ -167,7 +176,7 @@ async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Option<
     }
     let mut causes: Vec<CauseCount> = by.into_values().collect();
     causes.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.cause.cmp(&b.cause)));
-    Ok(Some(causes))
+    causes
 }
 
 /// Degraded requests per cause among the side's first `DIAGNOSED` requests (thresholds other
@@ -179,23 +188,5 @@ async fn cause_counts(
 ) -> Result<Vec<CauseCount>> {
     // Worst first, so the first examples of each cause are its worst.
     let diagnoses = super::diagnosis::window(store, f, th, DIAGNOSED).await?;
-    let mut by: BTreeMap<Cause, CauseCount> = BTreeMap::new();
-    for d in diagnoses {
-        // Two findings of one cause on one request count once.
-        let causes: BTreeSet<Cause> = d.findings.iter().map(|x| x.cause).collect();
-        for cause in causes {
-            let c = by.entry(cause).or_insert_with(|| CauseCount {
-                cause,
-                requests: 0,
-                examples: Vec::new(),
-            });
-            c.requests += 1;
-            if c.examples.len() < EXAMPLES {
-                c.examples.push(d.request_id.clone());
-            }
-        }
-    }
-    let mut causes: Vec<CauseCount> = by.into_values().collect();
-    causes.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.cause.cmp(&b.cause)));
-    Ok(causes)
+    Ok(tally(BTreeMap::new(), diagnoses))
 }
