@@ -84,13 +84,10 @@ async fn main() {
     // The worker's code, on one task as the server runs it.
     let t = Instant::now();
     let mut diagnosed = 0;
-    loop {
-        let n = tokenscope::query::findings::drain(&running.store, Duration::ZERO)
-            .await
-            .unwrap();
-        if n == 0 {
-            break;
-        }
+    while let Some(n) = tokenscope::query::findings::drain(&running.store, Duration::ZERO)
+        .await
+        .unwrap()
+    {
         diagnosed += n;
     }
     let took = t.elapsed().as_secs_f64();

@@ -21,8 +21,8 @@ pub async fn run(store: Store, settle: Duration) {
     let idle = (settle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         match crate::query::findings::drain(&store, settle).await {
-            Ok(0) => tokio::time::sleep(idle).await,
-            Ok(n) => tracing::debug!(requests = n, "findings stored"),
+            Ok(None) => tokio::time::sleep(idle).await,
+            Ok(Some(n)) => tracing::debug!(requests = n, "findings stored"),
             Err(e) => {
                 tracing::warn!(error = %e, "storing findings failed; will retry");
                 tokio::time::sleep(STANDBY).await;

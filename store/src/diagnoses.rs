@@ -52,6 +52,37 @@ pub enum Stored {
 /// this is dropped).
 pub struct WorkerLock(#[allow(dead_code)] PgConnection);
 
+/// A cursor over the requests of an instance alive in a stretch (`Store::alive`).
+pub struct Alive<'s> {
+    store: &'s Store,
+    instance_id: i32,
+    span: (Nanos, Nanos),
+    page: i64,
+    after: Option<(Nanos, String)>,
+    done: bool,
+}
+
+impl Alive<'_> {
+    /// The next page; `None` after the last.
+    pub async fn next(&mut self) -> Result<Option<Vec<Loaded>>> {
+        if self.done {
+            return Ok(None);
+        }
+        let (from, to) = self.span;
+        let page = self
+            .store
+            .load_alive(self.instance_id, from, to, self.after.as_ref(), self.page)
+            .await?;
+        match page.last() {
+            Some(l) if page.len() as i64 == self.page => {
+                self.after = Some((l.trace.arrival_ns, l.trace.request_id.clone()))
+            }
+            _ => self.done = true,
+        }
+        Ok((!page.is_empty()).then_some(page))
+    }
+}
+
 /// Merges overlapping stretches of each instance.
 fn merge(mut ranges: Vec<(i32, Nanos, Nanos)>) -> Vec<(i32, Nanos, Nanos)> {
     ranges.sort_unstable();
@@ -167,9 +198,22 @@ impl Store {
         .collect())
     }
 
+    /// The requests of an instance alive in `[from, to]`, read `page` at a time in arrival
+    /// order.
+    pub fn alive(&self, instance_id: i32, from: Nanos, to: Nanos, page: i64) -> Alive<'_> {
+        Alive {
+            store: self,
+            instance_id,
+            span: (from, to),
+            page,
+            after: None,
+            done: false,
+        }
+    }
+
     /// Up to `limit` requests of an instance alive in `[from, to]`, in arrival order after
     /// `after`.
-    pub async fn load_alive(
+    async fn load_alive(
         &self,
         instance_id: i32,
         from: Nanos,

@@ -27,7 +27,7 @@ use sqlx::{PgPool, postgres::PgPoolOptions};
 
 use tokenscope_core::model::Nanos;
 
-pub use diagnoses::{DiagnosisRow, Due, Stored, WorkerLock};
+pub use diagnoses::{Alive, DiagnosisRow, Due, Stored, WorkerLock};
 pub use error::{Error, Result};
 
 pub use incidents::IncidentRow;

@@ -117,7 +117,7 @@ pub async fn window(
         f.to_ns.unwrap_or(Nanos::MAX),
     );
     // Far behind (or no worker): the first `limit` requests, diagnosed here, as without rows.
-    let Some(fresh) = unsettled(store, f, th, limit as usize).await? else {
+    let Some(fresh) = unsettled(store, f, instances.as_deref(), th, limit as usize).await? else {
         return computed(store, f, th, limit).await;
     };
     let mut out = fresh;
@@ -139,13 +139,15 @@ pub(super) async fn instance_ids(store: &Store, f: &RequestFilter) -> Result<Opt
     })
 }
 
-/// The degraded requests of `f`'s window (its instances, engine, version, model) that data
-/// still waiting for the findings worker touches, diagnosed here: what the stored findings
-/// leave out. With their worst severity and how far past its SLO each was. `None` when there are
-/// more than `budget` such requests (the worker is far behind, or none runs).
+/// The degraded requests of `f`'s window (its instances, as `instances`; engine, version,
+/// model) that data still waiting for the findings worker touches, diagnosed here: what the
+/// stored findings leave out. With their worst severity and how far past its SLO each was.
+/// `None` when there are more than `budget` such requests (the worker is far behind, or none
+/// runs).
 pub(super) async fn unsettled(
     store: &Store,
     f: &RequestFilter,
+    instances: Option<&[i32]>,
     th: &Thresholds,
     budget: usize,
 ) -> Result<Option<Vec<(Severity, f64, Diagnosis)>>> {
@@ -153,9 +155,7 @@ pub(super) async fn unsettled(
         f.from_ns.unwrap_or(Nanos::MIN),
         f.to_ns.unwrap_or(Nanos::MAX),
     );
-    let pending = store
-        .pending_diagnosis(instance_ids(store, f).await?.as_deref(), from, to)
-        .await?;
+    let pending = store.pending_diagnosis(instances, from, to).await?;
     if pending.is_empty() {
         return Ok(Some(Vec::new()));
     }
@@ -175,11 +175,8 @@ pub(super) async fn unsettled(
         if !matches(&key) {
             continue;
         }
-        let mut after = None;
-        loop {
-            let page = store
-                .load_alive(instance_id, lo, hi, after.as_ref(), PAGE)
-                .await?;
+        let mut pages = store.alive(instance_id, lo, hi, PAGE);
+        while let Some(page) = pages.next().await? {
             let traces: Vec<&RequestTrace> = page
                 .iter()
                 .filter(|l| f.model.as_deref().is_none_or(|m| l.model == m))
@@ -197,12 +194,6 @@ pub(super) async fn unsettled(
                 if d.verdict == Verdict::Degraded {
                     out.push((worst(&d), excess(t, th), d));
                 }
-            }
-            match page.last() {
-                Some(l) if page.len() == PAGE as usize => {
-                    after = Some((l.trace.arrival_ns, l.trace.request_id.clone()))
-                }
-                _ => break,
             }
         }
     }

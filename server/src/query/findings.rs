@@ -150,11 +150,8 @@ pub async fn diagnose_stretch(
     to: Nanos,
 ) -> Result<usize> {
     let th = Thresholds::default();
-    let (mut after, mut done) = (None, 0);
-    loop {
-        let page = store
-            .load_alive(instance_id, from, to, after.as_ref(), PAGE)
-            .await?;
+    let (mut pages, mut done) = (store.alive(instance_id, from, to, PAGE), 0);
+    while let Some(page) = pages.next().await? {
         let traces: Vec<&RequestTrace> = page.iter().map(|l| &l.trace).collect();
         let diagnoses = super::diagnosis::together(store, instance_id, &traces, &th).await?;
         let mut rows = Vec::new();
@@ -167,24 +164,22 @@ pub async fn diagnose_stretch(
             .collect();
         store.put_diagnoses(instance_id, &keys, &rows).await?;
         done += page.len();
-        match page.last() {
-            Some(l) if page.len() == PAGE as usize => {
-                after = Some((l.trace.arrival_ns, l.trace.request_id.clone()))
-            }
-            _ => return Ok(done),
-        }
     }
+    Ok(done)
 }
 
-/// Diagnoses what has settled for `settle`; returns how many requests it diagnosed (0: nothing
-/// was due).
-pub async fn drain(store: &Store, settle: Duration) -> Result<usize> {
+/// Diagnoses what has settled for `settle`; returns how many requests it diagnosed, `None` when
+/// nothing was due.
+pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
     let due = store.due_for_diagnosis(settle, TAKE).await?;
+    if due.ids.is_empty() {
+        return Ok(None);
+    }
     let mut done = 0;
     for &(instance_id, from, to) in &due.ranges {
         done += diagnose_stretch(store, instance_id, from, to).await?;
     }
     // Only what was taken: stretches queued meanwhile wait for their own settle time.
     store.diagnosed(&due.ids).await?;
-    Ok(done.max(usize::from(!due.ids.is_empty())))
+    Ok(Some(done))
 }

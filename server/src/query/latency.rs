@@ -146,7 +146,10 @@ async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Option<
         );
     }
     let th = Thresholds::default();
-    let Some(mut fresh) = super::diagnosis::unsettled(store, f, &th, DIAGNOSED as usize).await?
+    let instances = super::diagnosis::instance_ids(store, f).await?;
+    let Some(mut fresh) =
+        super::diagnosis::unsettled(store, f, instances.as_deref(), &th, DIAGNOSED as usize)
+            .await?
     else {
         return Ok(None);
     };

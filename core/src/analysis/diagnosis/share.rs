@@ -99,6 +99,8 @@ pub(super) struct Shares {
     /// The victim's own prompt's share, weighed the same way.
     pub own: Nanos,
     pub inferred: bool,
+    /// `decode_only_ns` of the context's steps, once: a decode's gaps are added one by one.
+    decode_only: Option<Option<Nanos>>,
 }
 
 impl Shares {
@@ -123,7 +125,9 @@ impl Shares {
             .filter(|it| it.end_ns > from && it.end_ns <= to)
             .collect();
         ended.sort_by_key(|it| (it.end_ns, it.start_ns));
-        let decode_only = decode_only_ns(ctx.iterations);
+        let decode_only = *self
+            .decode_only
+            .get_or_insert_with(|| decode_only_ns(ctx.iterations));
         let mut covered = from;
         for it in ended {
             let overlap = (it.end_ns - it.start_ns.max(covered)).max(0);
