@@ -57,15 +57,11 @@ impl Store {
         rows.into_iter()
             .map(|r| {
                 let detail = Detail::parse(r.detail)?;
-                Ok(OtherRequest {
-                    request_id: r.request_id,
-                    prompt_tokens: count(r.prompt_tokens),
-                    prefill: detail
-                        .prefill_chunks
-                        .iter()
-                        .map(|c| (c.start_ns, c.end_ns, c.tokens))
-                        .collect(),
-                })
+                Ok(OtherRequest::from_chunks(
+                    r.request_id,
+                    count(r.prompt_tokens),
+                    &detail.prefill_chunks,
+                ))
             })
             .collect()
     }

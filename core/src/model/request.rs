@@ -161,11 +161,15 @@ pub struct OtherRequest {
 impl OtherRequest {
     /// A request as its neighbours' diagnoses see it.
     pub fn of(r: &RequestTrace) -> Self {
+        Self::from_chunks(r.request_id.clone(), r.prompt_tokens, &r.prefill_chunks)
+    }
+
+    /// The same from a request's id, prompt and prefill chunks (a stored row's, say).
+    pub fn from_chunks(request_id: String, prompt_tokens: u32, chunks: &[PrefillChunk]) -> Self {
         OtherRequest {
-            request_id: r.request_id.clone(),
-            prompt_tokens: r.prompt_tokens,
-            prefill: r
-                .prefill_chunks
+            request_id,
+            prompt_tokens,
+            prefill: chunks
                 .iter()
                 .map(|c| (c.start_ns, c.end_ns, c.tokens))
                 .collect(),
