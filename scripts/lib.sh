@@ -82,6 +82,23 @@ ensure_vllm() {
     "vLLM for the exporter's tests (about 9.5 GB and 6 min, once)"
 }
 
+# The newest vLLM release, in a venv that borrows the rest from the pinned one's (a .pth file):
+# the plugin is tested on both (exporters/vllm/requirements-next.txt says why that is enough).
+VLLM_NEXT_VENV="${TOKENSCOPE_VLLM_NEXT_VENV:-$CARGO_TARGET_DIR/vllm-next-venv}"
+ensure_vllm_next() {
+  ensure_vllm
+  local req="$ROOT/exporters/vllm/requirements-next.txt" site
+  if [ ! -f "$VLLM_NEXT_VENV/.installed" ] || ! cmp -s "$req" "$VLLM_NEXT_VENV/.installed"; then
+    log "installing the newest vLLM for the exporter's tests (venv in $VLLM_NEXT_VENV, over the pinned one's)"
+    rm -rf "$VLLM_NEXT_VENV"
+    python3 -m venv "$VLLM_NEXT_VENV"
+    site="$("$VLLM_NEXT_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    "$VLLM_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/vllm-venv.pth"
+    "$VLLM_NEXT_VENV/bin/pip" install -q --no-deps -r "$req"
+    cp "$req" "$VLLM_NEXT_VENV/.installed"
+  fi
+}
+
 # SGLang for its exporter's tests: SGLang itself without its GPU kernels (`--no-deps`), in a venv
 # that borrows torch, transformers and the rest from the vLLM venv through a .pth file (about
 # 0.3 GB more instead of another 10). The plugin is installed on every call: SGLang finds it by

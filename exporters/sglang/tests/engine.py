@@ -85,11 +85,19 @@ def _process_batch_result(self, batch, result):
 def _event_loop(self):
     arrivals, kwargs = self.scenario
     self.run = drive(self, arrivals, **kwargs)
+    self.loop_ended = time.monotonic()  # what follows is the plugin's shutdown
+
+
+_installed = False
 
 
 def install_plugins() -> None:
     """The model's methods (REPLACE), then SGLang's plugin loading, which finds tokenscope's entry
-    point, runs its `register()` and applies every hook."""
+    point, runs its `register()` and applies every hook. Once per process."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
     HookRegistry.register(f"{TARGET}._add_request_to_queue", _queue, HookType.REPLACE)
     HookRegistry.register(f"{TARGET}.run_batch", _run_batch, HookType.REPLACE)
     HookRegistry.register(f"{TARGET}.process_batch_result", _process_batch_result, HookType.REPLACE)

@@ -14,7 +14,9 @@
 
 Each hook calls SGLang's method and hands references to what SGLang built anyway to the exporter's
 buffer: a clock read, a tuple of the batch's requests, an append. Everything else happens on the
-exporter's thread (`recorder`).
+exporter's thread (`recorder`). SGLang's method runs outside any guard (its errors are the
+engine's); what a hook then reads of SGLang's objects is inside one: a renamed attribute turns the
+plugin off (`Exporter.fault`: one log line, a counter), never raises into the scheduler.
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ import os
 import socket
 import time
 
-from tokenscope_exporter import Exporter, Texts, wire
+from tokenscope_exporter import OFF, Exporter, Texts, wire
 
 from .recorder import Recorder
 
 log = logging.getLogger("tokenscope_sglang")
+
+# The SGLang release the plugin is tested against; the package's `sglang` extra says the same.
+TESTED = ("0.5.23",)
+SHUTDOWN_S = float(os.environ.get("TOKENSCOPE_SHUTDOWN_S", "1.0"))
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 
@@ -48,7 +54,7 @@ def register() -> None:
 def _queued(original, self, req, *args, **kwargs):
     # Handed over first: the queue may refuse the request, and its refusal must come after.
     ts = _exporter_of(self)
-    if ts is not None:
+    if ts.on:
         ts.push(("queued", req, time.time_ns()))
     return original(self, req, *args, **kwargs)
 
@@ -56,7 +62,7 @@ def _queued(original, self, req, *args, **kwargs):
 def _aborted(original, self, req, *args, **kwargs):
     out = original(self, req, *args, **kwargs)
     ts = _exporter_of(self)
-    if ts is not None:
+    if ts.on:
         ts.push(("aborted", req, time.time_ns()))
     return out
 
@@ -65,16 +71,22 @@ def _run_batch(original, self, batch, *args, **kwargs):
     start = time.time_ns()
     out = original(self, batch, *args, **kwargs)
     ts = _exporter_of(self)
-    if ts is not None:
-        ts.push(_launched_event(self, batch, start))
+    if ts.on:
+        try:
+            ts.push(_launched_event(self, batch, start))
+        except Exception as e:  # SGLang renamed what the step is read from: off, not the engine
+            ts.fault("run_batch", e)
     return out
 
 
 def _process_batch_result(original, self, batch, *args, **kwargs):
     out = original(self, batch, *args, **kwargs)
     ts = _exporter_of(self)
-    if ts is not None:
-        ts.push(("processed", batch.forward_iter, time.time_ns()))
+    if ts.on:
+        try:
+            ts.push(("processed", batch.forward_iter, time.time_ns()))
+        except Exception as e:
+            ts.fault("process_batch_result", e)
     return out
 
 
@@ -82,10 +94,8 @@ def _event_loop(original, self, *args, **kwargs):
     try:
         return original(self, *args, **kwargs)
     finally:
-        ts = self.__dict__.get("_tokenscope")
-        if ts is not None and ts is not _OFF:
-            ts.flush(timeout_s=5.0)
-            ts.close()
+        # What is buffered is sent, for at most a second whatever the endpoint does.
+        _exporter_of(self).close(timeout_s=SHUTDOWN_S)
 
 
 def _launched_event(self, batch, start_ns: int) -> tuple:
@@ -121,20 +131,18 @@ def _kv_usage(self) -> float:
 
 # --- one exporter per scheduler process -----------------------------------------------------------
 
-_OFF = object()
-
-
 def _exporter_of(self):
-    """The scheduler's exporter, made on first use; None on the ranks that do not export."""
+    """The scheduler's exporter, made on first use; `OFF` on the ranks that do not export, or when
+    it could not start."""
     ts = self.__dict__.get("_tokenscope")
     if ts is None:
         try:
-            ts = _make_exporter(self) or _OFF
+            ts = _make_exporter(self) or OFF
         except Exception:  # no traces rather than no engine
             log.exception("tokenscope: exporter not started")
-            ts = _OFF
+            ts = OFF
         self.__dict__["_tokenscope"] = ts
-    return None if ts is _OFF else ts
+    return ts
 
 
 def _make_exporter(self) -> Exporter | None:
@@ -156,6 +164,12 @@ def _make_exporter(self) -> Exporter | None:
         key=os.environ.get("TOKENSCOPE_INGEST_KEY") or None,
     )
     log.info("tokenscope: exporting %s's steps to %s", instance, exporter._endpoint)
+    if sglang.__version__ not in TESTED:
+        log.warning(
+            "tokenscope: tested with SGLang %s, this is %s: recording turns itself off if it finds SGLang changed",
+            " and ".join(TESTED),
+            sglang.__version__,
+        )
     return exporter
 
 
@@ -190,5 +204,6 @@ def _role(self) -> int:
 
 
 def exporter_of(scheduler) -> Exporter | None:
-    """The scheduler's exporter (for tests and shutdown): `flush()`, `stats()`, `close()`."""
-    return _exporter_of(scheduler)
+    """The scheduler's exporter (for tests): `flush()`, `stats()`, `close()`; None when off."""
+    ts = _exporter_of(scheduler)
+    return None if ts is OFF else ts

@@ -9,6 +9,7 @@ import json
 import os
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig,
 from vllm.sampling_params import SamplingParams
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
 BLOCK = 16
@@ -56,7 +57,7 @@ def model_dir() -> str:
     return d
 
 
-def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=1000):
+def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=1000, log_stats=True):
     sc = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -75,7 +76,7 @@ def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=
         kv_cache_config=kv,
         structured_output_manager=StructuredOutputManager(vc),
         block_size=BLOCK,
-        log_stats=True,
+        log_stats=log_stats,
     )
 
 
@@ -112,48 +113,53 @@ def drive(
     prefill_s_per_token: float = 40e-6,
     decode_s: float = 0.004,
     max_steps: int = 2000,
+    aborts: dict[int, list[str]] | None = None,
+    overlap: bool = False,
 ) -> Run:
-    """Runs the scheduler to completion: requests in `arrivals[k]` are added before step k; each
-    step "computes" for a time that grows with its prefill tokens; a request samples a token when
-    its prompt is done; `eos_after[id]` = n ends it with EOS as its n-th token."""
+    """Runs the scheduler to completion: requests in `arrivals[k]` are added before step k, those in
+    `aborts[k]` aborted there (a client went away); each step "computes" for a time that grows with
+    its prefill tokens; a request samples a token when its prompt is done; `eos_after[id]` = n ends
+    it with EOS as its n-th token.
+
+    `overlap`: as vLLM's `EngineCore.step_with_batch_queue` runs async scheduling (a batch queue of
+    two): step k+1 is scheduled while step k computes, before k's output is applied, and the
+    "GPU" computes the steps one after the other. Aborts come, as there, just before an output is
+    applied."""
     run = Run()
-    eos_after = eos_after or {}
+    eos_after, aborts = eos_after or {}, aborts or {}
     added = [r for rs in arrivals.values() for r in rs]
-    for step in range(max_steps):
-        for r in arrivals.get(step, []):
+    # Scheduled steps whose output is not applied yet, newest first: (output, tokens, samples, done at).
+    queue: deque = deque()
+    depth = 2 if overlap else 1
+    gpu_free = time.monotonic()
+    step = 0
+    for _ in range(max_steps * 2):
+        for r in arrivals.pop(step, []):
             scheduler.add_request(r)
-        if not scheduler.has_requests() and step > max(arrivals):
-            break
-        so = scheduler.schedule()
-        if so.total_num_scheduled_tokens == 0:
+        if scheduler.has_requests():
+            so = scheduler.schedule()
+            if so.total_num_scheduled_tokens:
+                counts = dict(so.num_scheduled_tokens)
+                run.steps.append(counts)
+                reqs = {rid: scheduler.requests[rid] for rid in counts}
+                prefill = sum(n for rid, n in counts.items() if reqs[rid].num_computed_tokens - n < reqs[rid].num_prompt_tokens)
+                # What vLLM's model runner will sample: a token for each request not short of its prompt.
+                samples = [rid for rid in counts if not reqs[rid].is_prefill_chunk]
+                gpu_free = max(time.monotonic(), gpu_free) + decode_s + prefill * prefill_s_per_token
+                queue.appendleft((so, list(counts), samples, gpu_free))
+                step += 1
+                if len(queue) < depth:
+                    continue
+        if not queue:
+            if not arrivals and not scheduler.has_requests():
+                break
+            step += 1  # nothing to run: time passes until the next arrival
             continue
-        counts = dict(so.num_scheduled_tokens)
-        run.steps.append(counts)
-        prefill = sum(
-            n for rid, n in counts.items() if scheduler.requests[rid].num_computed_tokens - n < scheduler.requests[rid].num_prompt_tokens
-        )
-        time.sleep(decode_s + prefill * prefill_s_per_token)
-        ids = list(counts)
-        sampled = []
-        for rid in ids:
-            req = scheduler.requests[rid]
-            if req.num_computed_tokens < req.num_tokens:
-                sampled.append([])  # a partial prefill samples nothing
-                continue
-            n = len(run.tokens.get(rid, [])) + 1
-            tok = EOS if eos_after.get(rid) == n else sample(step, rid)
-            sampled.append([tok])
-        k = 3
-        lp_ids = np.array([[row[0] if row else 0] + [1000 + j for j in range(k)] for row in sampled], dtype=np.int64)
-        lps = np.array([[-0.5] + [-0.1 - 0.5 * j for j in range(k)] for _ in sampled], dtype=np.float32)
-        ranks = np.array([2 for _ in sampled], dtype=np.int64)
-        mro = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=sampled,
-            logprobs=LogprobsLists(lp_ids, lps, ranks),
-        )
-        outputs = scheduler.update_from_output(so, mro)
+        so, ids, samples, done_at = queue.pop()
+        time.sleep(max(0.0, done_at - time.monotonic()))
+        for rid in aborts.pop(step, []):
+            scheduler.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
+        outputs = scheduler.update_from_output(so, _model_output(ids, set(samples), run.tokens, eos_after, step))
         for eco in outputs.values():
             for o in eco.outputs:
                 run.tokens.setdefault(o.request_id, []).extend(o.new_token_ids)
@@ -161,3 +167,28 @@ def drive(
                     run.finished[o.request_id] = o.finish_reason
     run.preempted = {r.request_id for r in added if r.num_preemptions}
     return run
+
+
+def _model_output(ids: list, samples: set, tokens: dict, eos_after: dict, step: int) -> ModelRunnerOutput:
+    """A step's output: the next token of each request that samples (EOS when `eos_after` says),
+    with top-3 logprobs and a rank of 2. `tokens`: what the scheduler reported so far (every
+    earlier step's output has been applied)."""
+    sampled = []
+    for rid in ids:
+        if rid not in samples:
+            sampled.append([])  # a partial prefill samples nothing
+            continue
+        n = len(tokens.get(rid, ())) + 1
+        sampled.append([EOS if eos_after.get(rid) == n else sample(step, rid)])
+    k = 3
+    lp_ids = np.array([[row[0] if row else 0] + [1000 + j for j in range(k)] for row in sampled], dtype=np.int64)
+    lps = np.array([[-0.5] + [-0.1 - 0.5 * j for j in range(k)] for _ in sampled], dtype=np.float32)
+    ranks = np.array([2 for _ in sampled], dtype=np.int64)
+    return model_runner_output(ids, sampled, LogprobsLists(lp_ids, lps, ranks))
+
+
+def model_runner_output(ids: list, sampled: list, logprobs) -> ModelRunnerOutput:
+    """vLLM's `ModelRunnerOutput`: 0.33 is also given the index of each request id, which 0.34
+    derives."""
+    index = {"req_id_to_index": {rid: i for i, rid in enumerate(ids)}} if "req_id_to_index" in ModelRunnerOutput.__dataclass_fields__ else {}
+    return ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, logprobs=logprobs, **index)

@@ -27,10 +27,10 @@ def api(path: str, **params) -> dict:
         return json.load(r)
 
 
-def run_scenario(instance: str, cls_name: str = "TracingScheduler", num_blocks: int = 90, flush_interval_s: float = 0.5):
+def run_scenario(instance: str, cls_name: str = "TracingScheduler", num_blocks: int = 90, flush_interval_s: float = 0.5, overlap: bool = False):
     """Four short requests decoding, then a 1,200-token prompt prefilled in 256-token chunks
     under them, then one more; KV cache for 1,440 tokens, so that the answers' growth preempts
-    the long request."""
+    the long request. One more short request's client goes away at step 20 (an abort)."""
     os.environ["TOKENSCOPE_ENDPOINT"] = GRPC
     os.environ["TOKENSCOPE_FLUSH_INTERVAL_S"] = str(flush_interval_s)
     os.environ["TOKENSCOPE_INSTANCE"] = instance
@@ -42,11 +42,13 @@ def run_scenario(instance: str, cls_name: str = "TracingScheduler", num_blocks: 
     del os.environ["TOKENSCOPE_FLUSH_INTERVAL_S"]  # read once, by the exporter just made
     shorts = [engine.make_request(f"short-{i}", 40, 120, logprobs=3 if i == 0 else None) for i in range(4)]
     arrivals = {
-        0: shorts,
+        0: shorts + [engine.make_request("gone", 40, 120)],
         3: [engine.make_request("long", 1200, 30)],
         12: [engine.make_request("late", 100, 20)],
     }
-    run = engine.drive(scheduler, arrivals, eos_after={"short-1": 12}, prefill_s_per_token=60e-6)
+    run = engine.drive(
+        scheduler, arrivals, eos_after={"short-1": 12}, prefill_s_per_token=60e-6, aborts={20: ["gone"]}, overlap=overlap
+    )
     assert scheduler.tokenscope.flush(timeout_s=20), scheduler.tokenscope.stats()
     stats = scheduler.tokenscope.stats()
     stats["renumbered_steps"] = scheduler.tokenscope.recorder.refs.renumbered
@@ -57,9 +59,11 @@ def run_scenario(instance: str, cls_name: str = "TracingScheduler", num_blocks: 
 @pytest.fixture(scope="module", params=["TracingScheduler", "TracingAsyncScheduler"])
 def scenario(request):
     instance = f"vllm-cpu-{request.param}-{os.getpid()}-{time.time_ns()}"
-    # The async scheduler launches a step before the last one ends: sending at every poll, steps
-    # launched before a send end after it, and their batches go in the next export.
-    run, stats = run_scenario(instance, request.param, flush_interval_s=0 if "Async" in request.param else 0.5)
+    # The async scheduler runs as vLLM runs it: step k+1 scheduled while step k computes, so the
+    # steps overlap. Sending at every poll, steps launched before a send end after it, and their
+    # batches go in the next export.
+    is_async = "Async" in request.param
+    run, stats = run_scenario(instance, request.param, flush_interval_s=0 if is_async else 0.5, overlap=is_async)
     return instance, run, stats
 
 
@@ -68,7 +72,8 @@ def test_every_request_and_step_arrives(scenario):
     assert stats["dropped_events"] == 0 and stats["dropped_requests"] == 0, stats
     assert stats["record_errors"] == 0, stats
     assert stats["rejected_requests"] == 0 and stats["rejected_iterations"] == 0, stats
-    assert stats["sent_requests"] == 6, stats
+    assert stats["sent_requests"] == 7, stats
+    assert stats["hook_errors"] == 0 and stats["export_errors"] == 0 and stats["on"], stats
     assert stats["sent_iterations"] == len(run.steps), stats
     if "Async" in instance:
         assert stats["renumbered_steps"] > 0, stats
@@ -128,6 +133,27 @@ def test_tokens_logprobs_and_eos_are_the_schedulers(scenario):
     assert len(eos["tokens"]) == 12
 
 
+def test_steps_overlap_under_async_scheduling(scenario):
+    instance, run, _ = scenario
+    if "Async" not in instance:
+        pytest.skip("the plain scheduler's steps follow each other")
+    # As vLLM runs it, most steps are scheduled before the previous one's output is in.
+    listed = api("/api/v1/requests", instance=instance, limit=50)["requests"]
+    start = min(r["arrival_ns"] for r in listed) - 10**9
+    end = max(r["arrival_ns"] + int(r["e2e_ms"] * 1e6) for r in listed) + 10**9
+    steps = api("/api/v1/waterfall", instance=instance, **{"from": start, "to": end, "width_px": 4000})["lane"]["steps"]
+    overlapping = sum(1 for a, b in zip(steps, steps[1:]) if b["start_ns"] < a["end_ns"])
+    assert overlapping > len(steps) // 2, (overlapping, len(steps))
+
+
+def test_an_aborted_request_is_recorded(scenario):
+    instance, run, _ = scenario
+    d = api("/api/v1/requests/gone", instance=instance)
+    assert d["finish_reason"] == "abort", d["finish_reason"]
+    assert [t["token_id"] for t in d["tokens"]] == run.tokens["gone"]
+    assert 10 <= len(run.tokens["gone"]) < 120
+
+
 def test_preemption_is_recorded(scenario):
     instance, run, _ = scenario
     assert run.preempted, "the scenario must preempt someone"
@@ -143,14 +169,15 @@ def test_diagnosis_names_the_long_prompt(scenario):
     # decoded through the chunks watched its stream stop while the long prompt prefilled. (The
     # stall threshold, not the mean: on a loaded machine decode steps vary too much for a
     # 5 ms TPOT SLO to be fair.)
-    victims = []
+    victims, said = [], {}
     for rid in ("short-0", "short-2", "short-3"):
         dx = api(f"/api/v1/requests/{rid}/diagnosis", instance=instance, tpot_ms=50, stall_ms=12)
         causes = {f["cause"]: f for f in dx["findings"]}
+        said[rid] = [(f["cause"], f["culprits"], f["summary"]) for f in dx["findings"]]
         if "prefill_interrupted_decode" in causes:
             victims.append(rid)
             assert "long" in causes["prefill_interrupted_decode"]["culprits"], causes
-    assert victims, "no short request was found slowed by the long prompt's prefill"
+    assert victims, f"no short request was found slowed by the long prompt's prefill: {said}"
 
 
 def test_a_tokenscope_that_is_down_costs_drops_not_the_engine():

@@ -125,7 +125,9 @@ class Recorder:
         it = self.next_iteration
         self.next_iteration += 1
         cached = so.scheduled_cached_reqs
-        for req_id in cached.resumed_req_ids or ():
+        # vLLM 0.33 lists requests resumed after a preemption here; 0.34 sends them as new ones
+        # (`_mixed_batch` sees them there).
+        for req_id in getattr(cached, "resumed_req_ids", None) or ():
             r = records.get(req_id)
             if r is not None:
                 self._resumed(r, start_ns)

@@ -7,16 +7,25 @@ already built to the exporter's buffer: a clock read and an append, nothing per 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 
+import vllm
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from tokenscope_exporter import Exporter, Texts, wire
+from tokenscope_exporter import OFF, Exporter, Texts, wire
 
 from .recorder import Recorder
+
+log = logging.getLogger("tokenscope_vllm")
+
+# The vLLM releases the plugin is tested against (scripts/test-engines runs both); the package's
+# `vllm` extra says the same range.
+TESTED = ("0.33.0", "0.34.0")
+SHUTDOWN_S = float(os.environ.get("TOKENSCOPE_SHUTDOWN_S", "1.0"))
 
 
 def _role(vllm_config) -> int:
@@ -40,8 +49,6 @@ def _tokenizer(model_config):
 
 
 def _exporter(vllm_config) -> Exporter:
-    import vllm
-
     model_config = vllm_config.model_config
     model = os.environ.get("TOKENSCOPE_MODEL") or (
         model_config.served_model_name
@@ -63,26 +70,51 @@ def _exporter(vllm_config) -> Exporter:
 
 
 class _Tracing:
-    """The hooks, shared by both scheduler classes."""
+    """The hooks, shared by both scheduler classes.
+
+    vLLM's own method runs first and outside any guard: its errors are the engine's. What the
+    hook then reads of vLLM's objects is inside one: a name a new vLLM release renamed turns the
+    plugin off (`Exporter.fault`, one log line and a counter), never raises into the scheduler."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.tokenscope = _exporter(self.vllm_config)
+        try:
+            self.tokenscope = _exporter(self.vllm_config)
+        except Exception:  # no traces rather than no engine
+            log.exception("tokenscope: not recording: the exporter did not start")
+            self.tokenscope = OFF
+            return
+        try:
+            _check(self)
+        except Exception as e:
+            self.tokenscope.fault("startup", e)
 
     def add_request(self, request) -> None:
         super().add_request(request)
-        self.tokenscope.push(("add", request, time.time_ns()))
+        ts = self.tokenscope
+        if ts.on:
+            ts.push(("add", request, time.time_ns()))
 
     def schedule(self, *args, **kwargs):
         start = time.time_ns()
         out = super().schedule(*args, **kwargs)
-        self.tokenscope.push(self._step_event(out, start))
+        ts = self.tokenscope
+        if ts.on:
+            try:
+                ts.push(self._step_event(out, start))
+            except Exception as e:
+                ts.fault("schedule", e)
         return out
 
     def update_from_output(self, scheduler_output, model_runner_output):
         end = time.time_ns()
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        self.tokenscope.push(self._update_event(scheduler_output, outputs, end))
+        ts = self.tokenscope
+        if ts.on:
+            try:
+                ts.push(self._update_event(scheduler_output, outputs, end))
+            except Exception as e:
+                ts.fault("update_from_output", e)
         return outputs
 
     # What the two per-step hooks hand over (the benchmark times exactly these).
@@ -98,15 +130,39 @@ class _Tracing:
 
     def finish_requests(self, request_ids, finished_status):
         finished = super().finish_requests(request_ids, finished_status)
-        if finished:
+        ts = self.tokenscope
+        if ts.on and finished:
             # Finished from outside: a client went away, or the front end saw a stop string.
-            self.tokenscope.push(("finished", [r.request_id for r in finished], time.time_ns()))
+            try:
+                ts.push(("finished", _finished_ids(finished), time.time_ns()))
+            except Exception as e:
+                ts.fault("finish_requests", e)
         return finished
 
     def shutdown(self) -> None:
-        self.tokenscope.flush(timeout_s=5.0)
-        self.tokenscope.close()
+        # Sends what is buffered, for at most a second whatever the endpoint does.
+        self.tokenscope.close(timeout_s=SHUTDOWN_S)
         super().shutdown()
+
+
+def _finished_ids(finished) -> list:
+    """The ids of what `finish_requests` returns: the `Request`s it finished (vLLM 0.33 and 0.34);
+    releases before returned nothing (then nothing is pushed: the next step's `finished_req_ids`
+    say it), and a release that returns ids or (id, …) tuples works too."""
+    return [f.request_id if hasattr(f, "request_id") else f[0] if isinstance(f, tuple) else f for f in finished]
+
+
+def _check(scheduler) -> None:
+    """What the hooks read on the engine's thread, read once at startup: a vLLM that renamed any of
+    it turns the plugin off here, with the name, rather than at the first step."""
+    len(scheduler.running), len(scheduler.waiting), float(scheduler.kv_cache_manager.usage)
+    scheduler.finished_req_ids
+    if vllm.__version__ not in TESTED:
+        log.warning(
+            "tokenscope: tested with vLLM %s, this is %s: recording turns itself off if it finds vLLM changed",
+            " and ".join(TESTED),
+            vllm.__version__,
+        )
 
 
 class TracingScheduler(_Tracing, Scheduler):

@@ -8,15 +8,23 @@ use super::{
 };
 use crate::model::{Nanos, RequestTrace};
 
-/// What ran inside a request's stalled gaps.
+/// What ran inside a request's stalled gaps. Each gap is judged on its own: one that other
+/// requests' prefills held for at least half its length is theirs; one they did not (a decode
+/// step that stalled by itself, the host pausing the engine) is set aside, so that one hiccup
+/// does not hide five stalls that a long prompt caused, nor lend them its length.
 struct Stalls {
     /// Time stalled in all, and in how many gaps.
     stalled: Nanos,
     gaps: usize,
     /// The longest gap: its length and the index of the token that ended it.
     longest: (Nanos, usize),
-    /// Other requests' prefills inside the gaps, weighed by their share of the stalled time.
+    /// The gaps other requests' prefills explain: their time, and how many.
+    explained: Nanos,
+    explained_gaps: usize,
+    /// Other requests' prefills inside the explained gaps, weighed by their share of those gaps.
     shares: Shares,
+    /// Other requests' prefills inside the gaps they do not explain.
+    unexplained_prefill: Nanos,
     /// Some gap overlaps one of the request's own preemptions (which its own finding names).
     preempted: bool,
 }
@@ -29,7 +37,10 @@ impl Stalls {
             stalled: 0,
             gaps: 0,
             longest: (0, 0),
+            explained: 0,
+            explained_gaps: 0,
             shares: Shares::default(),
+            unexplained_prefill: 0,
             preempted: false,
         };
         for (from, to) in gaps_over(&times, over_ms) {
@@ -42,15 +53,34 @@ impl Stalls {
                 .preemptions
                 .iter()
                 .any(|p| p.at_ns < to && p.resumed_ns.unwrap_or(r.finished_ns) > from);
-            s.shares.add(&r.request_id, from, to, ctx);
+            let mut gap = s.shares.fresh();
+            gap.add(&r.request_id, from, to, ctx);
+            if gap.prefill() > 0 && gap.prefill() * 2 >= to - from {
+                s.explained += to - from;
+                s.explained_gaps += 1;
+                s.shares.merge(gap);
+            } else {
+                s.unexplained_prefill += gap.prefill();
+            }
         }
         (s.gaps > 0).then_some(s)
     }
 
-    /// Other requests' prefills account for at least half the stalled time.
+    /// The gaps other requests' prefills explain are at least half the stalled time.
     fn explained(&self) -> bool {
-        let prefill = self.shares.prefill();
-        prefill > 0 && prefill * 2 >= self.stalled
+        self.explained > 0 && self.explained * 2 >= self.stalled
+    }
+
+    /// `; 1 more gap (50.0 ms) is not explained by any prefill`, when some are not.
+    fn rest(&self) -> String {
+        match self.gaps - self.explained_gaps {
+            0 => String::new(),
+            n => format!(
+                " ({n} more gap{} of {} in all no prefill explains)",
+                if n == 1 { "" } else { "s" },
+                duration(self.stalled - self.explained)
+            ),
+        }
     }
 
     fn gap_words(&self) -> String {
@@ -82,6 +112,7 @@ impl Stalls {
         let mut e = serde_json::json!({
             "stalled_ms": ms(self.stalled), "gaps": self.gaps,
             "longest_gap_ms": ms(self.longest.0), "longest_gap_before_token": self.longest.1,
+            "explained_gaps": self.explained_gaps, "explained_ms": ms(self.explained),
             "prefill_ms": ms(self.shares.prefill()),
             "prefill_requests": self.shares.requests(),
             "prefill_tokens": self.shares.tokens(),
@@ -103,9 +134,10 @@ impl Stalls {
                 cause: Cause::EngineSaturated,
                 severity,
                 summary: format!(
-                    "{head} {}, none of them {:.0} % of the stall: the engine was saturated.",
+                    "{head} {}, none of them {:.0} % of the stall{}: the engine was saturated.",
                     self.who(&[]),
-                    MATERIAL * 100.0
+                    MATERIAL * 100.0,
+                    self.rest(),
                 ),
                 evidence: self.evidence(&[], extra),
                 culprits,
@@ -115,7 +147,7 @@ impl Stalls {
         Finding {
             cause: Cause::PrefillInterruptedDecode,
             severity,
-            summary: format!("{head} {}.", self.who(&named)),
+            summary: format!("{head} {}{}.", self.who(&named), self.rest()),
             evidence: self.evidence(&named, extra),
             culprits,
             inferred: self.shares.inferred,
@@ -182,11 +214,12 @@ pub(super) fn frozen_decode(
     Some(Finding {
         cause: Cause::DecodeStalled,
         severity: Severity::Warning,
-        summary: match s.shares.prefill() {
+        summary: match s.shares.prefill() + s.unexplained_prefill {
             0 => format!("{head}; no other request's prefill on this instance ran inside it."),
             p => format!(
-                "{head}; other requests' prefills held the engine for only {} of it.",
-                duration(p)
+                "{head}; other requests' prefills held the engine for {} of the {} stalled, too little to explain it.",
+                duration(p),
+                duration(s.stalled),
             ),
         },
         evidence: s.evidence(&[], extra),

@@ -449,4 +449,58 @@ mod tests {
                 .any(|s| s.start_ns >= 55 * MS && s.end_ns <= 600 * MS && s.batch.len() > 1)
         );
     }
+
+    #[test]
+    fn a_hiccup_no_prefill_explains_does_not_hide_the_prefill_stalls_around_it() {
+        // What vLLM's scheduler on a loaded host did in the engine tests: 5 ms decode steps, one
+        // decode-only step that took 60 ms (the host, not the engine's load), then five steps
+        // carrying `long`'s 256-token chunks at 20 ms each. Weighed against all the stalled
+        // time, the hiccup outweighed the chunks' marginal 75 ms; gap by gap, `long` stalled
+        // this stream five times, and is named.
+        let decode = [("victim", Phase::Decode, 1)];
+        let chunk = [("victim", Phase::Decode, 1), ("long", Phase::Prefill, 256)];
+        type Batch<'a> = &'a [(&'a str, Phase, u32)];
+        let steps: Vec<(i64, Batch)> = [(5, &decode[..]); 6]
+            .into_iter()
+            .chain([(60, &decode[..]), (5, &decode[..]), (5, &decode[..])])
+            .chain([(20, &chunk[..]); 5])
+            .chain([(5, &decode[..]); 6])
+            .collect();
+        let (mut its, mut at, mut t) = (Vec::new(), vec![5], 5);
+        for (id, (len, batch)) in steps.into_iter().enumerate() {
+            its.push(step(id as u64 + 1, t, t + len, batch, 0.4));
+            t += len;
+            at.push(t);
+        }
+        let r = RequestTrace {
+            request_id: "victim".into(),
+            arrival_ns: 0,
+            queued_ns: Some(0),
+            first_scheduled_ns: Some(0),
+            finished_ns: *at.last().unwrap() * MS,
+            prompt_tokens: 40,
+            tokens: tokens(&at),
+            output_tokens: at.len() as u32,
+            ..RequestTrace::default()
+        };
+        let th = Thresholds {
+            tpot_ms: 50.0,
+            stall_ms: 12.0,
+            ..Thresholds::default()
+        };
+        let ctx = Context {
+            iterations: &its,
+            others: &[],
+        };
+        let d = diagnose(&r, &ctx, &th);
+        assert_eq!(
+            causes(&d),
+            [("prefill_interrupted_decode", vec!["long".into()])]
+        );
+        let s = &d.findings[0].summary;
+        assert!(
+            s.contains("(1 more gap of 60.0 ms in all no prefill explains)"),
+            "{s}"
+        );
+    }
 }

@@ -199,6 +199,28 @@ impl Shares {
         }
     }
 
+    /// An empty tally for another window of the same request and context (it keeps the
+    /// decode-only step time found once).
+    pub fn fresh(&self) -> Self {
+        Shares {
+            decode_only: self.decode_only,
+            ..Shares::default()
+        }
+    }
+
+    /// Adds another window's tally to this one.
+    pub fn merge(&mut self, other: Shares) {
+        self.lost += other.lost;
+        self.own += other.own;
+        self.inferred |= other.inferred;
+        self.decode_only = self.decode_only.or(other.decode_only);
+        for (id, (held, tokens)) in other.by {
+            let slot = self.by.entry(id).or_default();
+            slot.0 += held;
+            slot.1 += tokens;
+        }
+    }
+
     /// Weighs the culprits against the time all other prompts took instead of the whole window:
     /// a slow mean (TPOT) lost what the prompts took from the decode, while a wait or a stall
     /// lost the window itself.
