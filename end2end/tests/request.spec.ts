@@ -226,3 +226,41 @@ test("stored findings: the explorer names each request's cause and a culprit's p
   await expect(held.getByRole("link", { name: "pid-victim" })).toHaveAttribute("href", /\/requests\/pid-victim/);
   await expect(page.getByTestId("request-id")).toHaveText("pid-prefill-02");
 });
+
+test("who asked, the prefix cache and a preemption's aggressor: shown, linked, and text stays text", async ({ page, request }) => {
+  const id = `signals-${Date.now()}`;
+  const t0 = BigInt(Date.now() - 10_000) * 1_000_000n;
+  const at = (ms: number) => (t0 + BigInt(ms) * 1_000_000n).toString();
+  const aggressor = "big-prompt</a><script>alert(3)</script>";
+  const body = { resource_traces: [{
+    resource: { engine: "ENGINE_KIND_VLLM", model: "llama-3.1-8b", instance_id: "gpu-signals", role: "ROLE_COLOCATED" },
+    requests: [{
+      request_id: id, arrival_ns: at(0), first_scheduled_ns: at(20), first_token_ns: at(300), finished_ns: at(2000),
+      finish_reason: "FINISH_REASON_STOP", prompt_tokens: 1360, cached_tokens: 1024, output_tokens: 120,
+      lora_adapter: "sql</title><script>alert(1)</script>", priority: 2, tenant: "acme</p><b>x",
+      prefix_cache: { gpu_tokens: 768, cpu_tokens: 256, block_size: 16, block_hashes: ["18446744073709551615", "1"], blocks: 85 },
+      preemptions: [{ at_ns: at(900), resumed_ns: at(1400), recompute: true, aggressor_request_id: aggressor, recompute_tokens: 1500 }],
+    }],
+  }] };
+  const reply = await request.post("/api/v1/traces", { data: JSON.stringify(body), headers: { "content-type": "application/json" } });
+  expect(reply.status()).toBe(200);
+  let dialogs = 0;
+  page.on("dialog", (d) => { dialogs += 1; d.dismiss(); });
+  await page.goto(`/requests/${id}?instance=gpu-signals`);
+  await hydrated(page);
+  const who = page.getByTestId("who");
+  await expect(who).toContainText("LoRA sql</title><script>alert(1)</script> · tenant acme</p><b>x · priority 2");
+  await expect(who).toContainText("prefix cache: 1,024 of 1,360 prompt tokens (GPU 768, CPU 256)");
+  // A u64 past a JSON number's precision keeps every digit.
+  await expect(who).toContainText("prompt fingerprint ffffffffffffffff… (85 blocks of 16)");
+  // The preemption names whom the scheduler made room for, in the finding and under the stages.
+  await expect(page.getByTestId("findings").locator('[data-cause="kv_preempted"]')).toContainText("computing 1,500 tokens again: the scheduler made room for");
+  const by = page.getByTestId("preempted-by");
+  await expect(by).toContainText(`Preempted to make room for ${aggressor} (1,500 tokens to compute again)`);
+  await expect(by.locator("a")).toHaveAttribute("href", /\/requests\/big-prompt/);
+  // (The page's hydration data holds the strings too, escaped inside JSON: no element is one.)
+  await expect(page.locator("script", { hasText: /^alert\([13]\)$/ })).toHaveCount(0);
+  await expect(page.locator("b", { hasText: /^x$/ })).toHaveCount(0);
+  await expect(page).toHaveTitle(/^[^<]*$/);
+  expect(dialogs).toBe(0);
+});

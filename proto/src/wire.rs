@@ -191,12 +191,26 @@ fn request_to_wire(r: &RequestTrace) -> v1::Request {
                 at_ns: p.at_ns,
                 resumed_ns: p.resumed_ns.unwrap_or(0),
                 recompute: p.recompute,
+                aggressor_request_id: p.aggressor.clone().unwrap_or_default(),
+                recompute_tokens: p.recompute_tokens.unwrap_or(0),
             })
             .collect(),
         kv_transfer: r.kv_transfer.as_ref().map(|k| v1::KvTransfer {
             start_ns: k.start_ns,
             end_ns: k.end_ns,
             bytes: k.bytes.unwrap_or(0),
+            blocks: k.blocks.unwrap_or(0),
+        }),
+        lora_adapter: r.lora_adapter.clone().unwrap_or_default(),
+        priority: r.priority,
+        tenant: r.tenant.clone().unwrap_or_default(),
+        prefix_cache: r.prefix_cache.as_ref().map(|p| v1::PrefixCache {
+            gpu_tokens: p.gpu_tokens,
+            cpu_tokens: p.cpu_tokens,
+            external_tokens: p.external_tokens,
+            block_size: p.block_size,
+            block_hashes: p.block_hashes.clone(),
+            blocks: p.blocks,
         }),
         sampling: Some(v1::SamplingParams {
             temperature: r.sampling.temperature,

@@ -158,6 +158,7 @@ pub fn request(
             seed: Some(seed),
         },
         tokens,
+        ..RequestTrace::default()
     }
 }
 

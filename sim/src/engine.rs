@@ -432,15 +432,20 @@ impl<'a> Engine<'a> {
             work.decode.retain(|&j| j != victim);
             work.prefill.retain(|&(j, _)| j != victim);
             self.free_blocks += self.states[victim].blocks;
+            // The decode that needed the block, unless it was the newest and gave up its own.
+            let aggressor = (victim != i).then(|| self.states[i].req.id.clone());
             let s = &mut self.states[victim];
             s.blocks = 0;
             // Recompute: the prompt and everything generated so far must be prefilled again.
+            let computed = s.context();
             s.to_prefill = s.req.prompt_tokens + s.generated;
             s.prefilled = 0;
             s.preemptions.push(Preemption {
                 at_ns: self.now,
                 resumed_ns: None,
                 recompute: true,
+                aggressor,
+                recompute_tokens: Some(computed),
             });
             self.waiting.push_front(victim);
             // Indices moved; check the remaining decodes again (those already grown pass).

@@ -36,6 +36,10 @@ pub struct Truth {
     pub instance: String,
     pub victims: Vec<String>,
     pub culprits: Vec<String>,
+    /// Culprits of one victim where they are its own (the requests the engine preempted it to
+    /// make room for), as the engine's step-level records tell them; others have `culprits`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub culprits_of: std::collections::BTreeMap<String, Vec<String>>,
     /// Requests of the healthy control: same shape, no incident.
     pub controls: Vec<String>,
     pub control_instance: String,
@@ -170,6 +174,7 @@ fn with_control(
             instance: instance.into(),
             victims,
             culprits,
+            culprits_of: Default::default(),
             controls,
             control_instance: control_instance.into(),
         },
@@ -286,6 +291,7 @@ fn long_answer(rng: &mut Rng, t0: Nanos) -> Scenario {
             instance: "sim-long".into(),
             victims: vec![],
             culprits: vec![],
+            culprits_of: Default::default(),
             controls: vec![],
             control_instance: "sim-long".into(),
         },
@@ -321,6 +327,7 @@ fn low_probability_eos(rng: &mut Rng, t0: Nanos) -> Scenario {
             instance: "sim-eos".into(),
             victims: vec!["eos-victim".into()],
             culprits: vec![],
+            culprits_of: Default::default(),
             controls: vec!["eos-control".into()],
             control_instance: "sim-eos".into(),
         },
@@ -348,13 +355,22 @@ fn kv_preemption(rng: &mut Rng, t0: Nanos) -> Scenario {
         vec![],
         ids("kv-control", 8),
     );
-    s.truth.victims = s.runs[0]
+    let preempted = s.runs[0]
         .output
         .requests
         .iter()
-        .filter(|r| !r.preemptions.is_empty())
-        .map(|r| r.request_id.clone())
-        .collect();
+        .filter(|r| !r.preemptions.is_empty());
+    for r in preempted {
+        s.truth.victims.push(r.request_id.clone());
+        // Whom the engine made room for when it preempted this one, each once.
+        let mut by: Vec<String> = Vec::new();
+        for a in r.preemptions.iter().filter_map(|p| p.aggressor.clone()) {
+            if !by.contains(&a) {
+                by.push(a);
+            }
+        }
+        s.truth.culprits_of.insert(r.request_id.clone(), by);
+    }
     s
 }
 
@@ -401,6 +417,8 @@ fn pd_kv_transfer_stall(rng: &mut Rng, t0: Nanos) -> Scenario {
                 start_ns: done,
                 end_ns: done + transfer,
                 bytes: Some(u64::from(r.prompt_tokens) * 131_072),
+                // 16-token blocks of 2 MiB (an 8B model's 128 KiB per token).
+                blocks: Some(r.prompt_tokens.div_ceil(16)),
             },
         ));
         decode_side.push(SimRequest {
@@ -431,6 +449,7 @@ fn pd_kv_transfer_stall(rng: &mut Rng, t0: Nanos) -> Scenario {
             instance: "sim-pd-decode".into(),
             victims: vec!["pd-slow".into()],
             culprits: vec![],
+            culprits_of: Default::default(),
             controls: vec!["pd-fast".into()],
             control_instance: "sim-pd-decode".into(),
         },

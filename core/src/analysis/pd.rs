@@ -120,6 +120,11 @@ pub fn join(parts: &[&RequestTrace]) -> RequestTrace {
         kv_transfer: parts.iter().find_map(|p| p.kv_transfer.clone()),
         sampling: last.sampling.clone(),
         tokens,
+        lora_adapter: parts.iter().find_map(|p| p.lora_adapter.clone()),
+        priority: parts.iter().find_map(|p| p.priority),
+        tenant: parts.iter().find_map(|p| p.tenant.clone()),
+        // The prefill instance's cache served the prompt.
+        prefix_cache: parts.iter().find_map(|p| p.prefix_cache.clone()),
     }
 }
 
@@ -195,6 +200,7 @@ mod tests {
                 start_ns: T0 + 50 * MS,
                 end_ns: T0 + 350 * MS,
                 bytes: None,
+                blocks: None,
             }),
             tokens: tokens(&[370, 380, 390, 400]),
             ..RequestTrace::default()

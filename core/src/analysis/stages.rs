@@ -11,6 +11,7 @@ pub fn stages(r: &RequestTrace) -> Vec<Stage> {
         end_ns,
         tokens,
         iteration,
+        ..Stage::default()
     };
     if let Some(scheduled) = r.first_scheduled_at() {
         let queued = r.queued_ns.unwrap_or(r.arrival_ns);
@@ -19,13 +20,11 @@ pub fn stages(r: &RequestTrace) -> Vec<Stage> {
         }
     }
     if let Some(kv) = &r.kv_transfer {
-        out.push(bar(
-            StageKind::KvTransfer,
-            kv.start_ns,
-            kv.end_ns,
-            None,
-            None,
-        ));
+        out.push(Stage {
+            bytes: kv.bytes,
+            blocks: kv.blocks,
+            ..bar(StageKind::KvTransfer, kv.start_ns, kv.end_ns, None, None)
+        });
     }
     for c in &r.prefill_chunks {
         out.push(bar(
@@ -38,7 +37,11 @@ pub fn stages(r: &RequestTrace) -> Vec<Stage> {
     }
     for p in &r.preemptions {
         let end = p.resumed_ns.unwrap_or(r.finished_ns);
-        out.push(bar(StageKind::Preempted, p.at_ns, end, None, None));
+        // Its tokens: those it will compute again; `by`: the request it made room for.
+        out.push(Stage {
+            by: p.aggressor.clone(),
+            ..bar(StageKind::Preempted, p.at_ns, end, p.recompute_tokens, None)
+        });
     }
     if let Some(first) = r.first_token_at() {
         out.push(bar(
@@ -68,6 +71,7 @@ pub fn coarse_stages(
         end_ns,
         tokens: None,
         iteration: None,
+        ..Stage::default()
     };
     let scheduled = arrival_ns + queue_ns.unwrap_or(0).max(0);
     let first_token = ttft_ns.map(|t| arrival_ns + t);
@@ -87,9 +91,10 @@ pub fn coarse_stages(
     out
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StageKind {
+    #[default]
     Queued,
     Prefill,
     Decode,
@@ -120,14 +125,23 @@ impl StageKind {
 }
 
 /// One bar of a request's timeline.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stage {
     pub kind: StageKind,
     pub start_ns: Nanos,
     pub end_ns: Nanos,
-    /// Prompt tokens of a prefill chunk, output tokens of the decode stage.
+    /// Prompt tokens of a prefill chunk, output tokens of the decode stage, tokens to recompute
+    /// of a preemption.
     pub tokens: Option<u32>,
     pub iteration: Option<u64>,
+    /// A preemption's aggressor: the request the scheduler made room for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// A KV transfer's size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u32>,
 }
 
 #[cfg(test)]

@@ -543,6 +543,7 @@ mod tests {
                     end_ns: e,
                     tokens: Some(k as u32),
                     iteration: Some(k as u64),
+                    ..Stage::default()
                 })
                 .collect();
             segs.sort_by_key(|s| (s.start_ns, s.end_ns));
@@ -587,6 +588,7 @@ mod tests {
                             end_ns: s + (e - s) / 3,
                             tokens: None,
                             iteration: None,
+                            ..Stage::default()
                         },
                         Stage {
                             kind: StageKind::Decode,
@@ -594,6 +596,7 @@ mod tests {
                             end_ns: e,
                             tokens: None,
                             iteration: None,
+                            ..Stage::default()
                         },
                     ],
                     ..Track::default()

@@ -15,7 +15,8 @@ pub mod validate;
 
 pub use iteration::{BatchEntry, Iteration, Phase, StepLoad};
 pub use request::{
-    FinishReason, KvTransfer, OtherRequest, Preemption, PrefillChunk, RequestTrace, SamplingParams,
+    FinishReason, KvTransfer, MAX_BLOCK_HASHES, OtherRequest, Preemption, PrefillChunk,
+    PrefixCache, RequestTrace, SamplingParams,
 };
 pub use resource::{EngineKind, Resource, Role};
 pub use token::{Candidate, Rank, SpecialToken, Token};

@@ -47,19 +47,63 @@ pub struct PrefillChunk {
     pub iteration: Option<u64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Preemption {
     pub at_ns: Nanos,
     pub resumed_ns: Option<Nanos>,
     /// KV cache dropped and recomputed (true) rather than swapped out.
     pub recompute: bool,
+    /// The request the scheduler was making room for when it evicted this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggressor: Option<String>,
+    /// Tokens it had computed and will compute again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompute_tokens: Option<u32>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct KvTransfer {
     pub start_ns: Nanos,
     pub end_ns: Nanos,
     pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u32>,
+}
+
+/// The prefix cache's part in a request's prompt, and the prompt's fingerprint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefixCache {
+    /// Prompt tokens served from each tier.
+    pub gpu_tokens: u32,
+    pub cpu_tokens: u32,
+    pub external_tokens: u32,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// The first hashes of the prompt's block-hash chain (requests sharing a prefix share its
+    /// start), as 16 hex digits each: a JSON number would lose a u64's low bits in a browser.
+    #[serde(with = "hex_u64s")]
+    pub block_hashes: Vec<u64>,
+    /// The whole chain's length.
+    pub blocks: u32,
+}
+
+/// At most this many block hashes are kept per request: the first 64 blocks (1,024 tokens at a
+/// block of 16) tell prompts that share a system prompt or a conversation apart.
+pub const MAX_BLOCK_HASHES: usize = 64;
+
+mod hex_u64s {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(v: &[u64], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|h| format!("{h:016x}")))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|h| u64::from_str_radix(h, 16).map_err(D::Error::custom))
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -92,6 +136,13 @@ pub struct RequestTrace {
     pub kv_transfer: Option<KvTransfer>,
     pub sampling: SamplingParams,
     pub tokens: Vec<Token>,
+    /// The LoRA adapter that served it.
+    pub lora_adapter: Option<String>,
+    /// The scheduling priority it asked for.
+    pub priority: Option<i32>,
+    /// Whom it was served for.
+    pub tenant: Option<String>,
+    pub prefix_cache: Option<PrefixCache>,
 }
 
 impl RequestTrace {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::request::{MAX_BLOCK_HASHES, PrefixCache};
 use super::{Iteration, Nanos, RequestTrace, Resource};
 
 /// 2000-01-01 and 2100-01-01 in Unix nanoseconds: anything outside is a unit mistake
@@ -104,6 +105,22 @@ pub fn resource(r: &Resource) -> Check {
     })
 }
 
+fn prefix_cache(p: &PrefixCache, prompt_tokens: u32) -> Check {
+    let hashes = p.block_hashes.len();
+    ensure(
+        hashes <= MAX_BLOCK_HASHES,
+        "prefix_cache.block_hashes",
+        || format!("has {hashes}; at most {MAX_BLOCK_HASHES} (the chain's start) are kept"),
+    )?;
+    ensure(hashes <= p.blocks as usize, "prefix_cache.blocks", || {
+        format!("is {} but block_hashes has {hashes}", p.blocks)
+    })?;
+    let served = u64::from(p.gpu_tokens) + u64::from(p.cpu_tokens) + u64::from(p.external_tokens);
+    ensure(served <= u64::from(prompt_tokens), "prefix_cache", || {
+        format!("serves {served} tokens from its tiers, more than prompt_tokens {prompt_tokens}")
+    })
+}
+
 pub fn request(r: &RequestTrace) -> Check {
     check_id("request_id", &r.request_id)?;
     check_hex("trace_id", &r.trace_id, 32)?;
@@ -154,6 +171,17 @@ pub fn request(r: &RequestTrace) -> Check {
         if let Some(t) = p.resumed_ns {
             check_within(|| format!("preemptions[{i}].resumed_ns"), t, p.at_ns, to)?;
         }
+        if let Some(a) = &p.aggressor {
+            check_id(|| format!("preemptions[{i}].aggressor_request_id"), a)?;
+        }
+    }
+    for (field, v) in [("lora_adapter", &r.lora_adapter), ("tenant", &r.tenant)] {
+        if let Some(v) = v {
+            check_id(field, v)?;
+        }
+    }
+    if let Some(p) = &r.prefix_cache {
+        prefix_cache(p, r.prompt_tokens)?;
     }
     if let Some(kv) = &r.kv_transfer {
         // A KV transfer may start before the decode instance saw the request arrive, so only

@@ -12,10 +12,36 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 # Steps kept for the token times of live requests: beyond it, a very long request's earliest
 # tokens go without times (a step holds its batch's request ids: about 10 KB at a batch of 256).
 STEP_WINDOW = int(os.environ.get("TOKENSCOPE_STEP_WINDOW", "8192"))
+
+
+# The key of the tenant's entry in a request's W3C `baggage` or `tracestate` (`tenant=acme`).
+TENANT_KEY = os.environ.get("TOKENSCOPE_TENANT_KEY", "tenant")
+# Block hashes sent per request: the start of the prompt's chain (`wire.prefix_cache`).
+BLOCK_HASHES = 64
+
+
+def tenant_of(headers, key: str = TENANT_KEY) -> str:
+    """The tenant named in a request's trace headers: W3C `baggage` (`tenant=acme;prop,…`, values
+    percent-encoded) or `tracestate` (`tenant=acme,…`), whichever the engine passed on."""
+    if not headers:
+        return ""
+    for name in ("baggage", "tracestate"):
+        for member in (headers.get(name) or "").split(","):
+            k, _, v = member.split(";", 1)[0].partition("=")
+            if k.strip() == key and v.strip():
+                return unquote(v.strip())[:256]
+    return ""
+
+
+def fold_hashes(chain) -> list:
+    """The first block hashes of a chain as 64-bit values: an engine's hashes are bytes (vLLM's
+    sha256) or ints (SGLang's); the first 8 bytes, little-endian, of the former."""
+    return [h & 0xFFFFFFFFFFFFFFFF if isinstance(h, int) else int.from_bytes(bytes(h)[:8], "little") for h in chain[:BLOCK_HASHES]]
 
 
 @dataclass
@@ -37,8 +63,15 @@ class RequestRecord:
     cached_tokens: int = 0
     # (start, end, tokens, iteration id) of each prefill chunk.
     chunks: list = field(default_factory=list)
-    # (preempted at, resumed at, recompute) of each preemption.
+    # (preempted at, resumed at, recompute[, aggressor id, tokens to recompute]) of each preemption.
     preemptions: list = field(default_factory=list)
+    # The LoRA adapter's name, the priority asked for, the tenant ("" / None: not known).
+    lora_adapter: str = ""
+    priority: int | None = None
+    tenant: str = ""
+    # What the prefix cache served: `wire.prefix_cache`'s arguments (gpu, cpu, external tokens,
+    # block size, the first block hashes as 64-bit values, the chain's length), or None.
+    prefix: tuple | None = None
     # When it was preempted, until it resumes.
     preempted_ns: int = 0
     # Filled when it is done.

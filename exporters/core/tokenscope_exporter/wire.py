@@ -228,10 +228,29 @@ def request(r) -> bytes:
     ]
     for start, end, tokens, iteration_id in r.chunks:
         out.append(message(13, uint(1, start) + uint(2, end) + uint(3, tokens) + uint(4, iteration_id)))
-    for at, resumed, recompute in r.preemptions:
-        out.append(message(14, uint(1, at) + uint(2, resumed) + uint(3, int(recompute))))
+    for at, resumed, recompute, *more in r.preemptions:
+        # (…, the request it made room for, the tokens it will compute again) when known.
+        aggressor, recompute_tokens = more if more else ("", 0)
+        p = uint(1, at) + uint(2, resumed) + uint(3, int(recompute)) + string(4, aggressor) + uint(5, recompute_tokens)
+        out.append(message(14, p))
     out.append(message(16, _sampling(r.sampling)))
     out.append(message(17, _tokens(r)))
+    out.append(string(18, r.lora_adapter))
+    if r.priority is not None:  # optional: a priority of 0 is written
+        out.append(tag(19, 0) + varint(r.priority))
+    out.append(string(20, r.tenant))
+    if r.prefix is not None:
+        out.append(message(21, prefix_cache(*r.prefix)))
+    return b"".join(out)
+
+
+def prefix_cache(gpu: int, cpu: int, external: int, block_size: int, hashes, blocks: int) -> bytes:
+    """A `PrefixCache`: tokens served per tier, and the prompt's block-hash chain (its first
+    hashes, as 64-bit values, packed fixed64) with the chain's length."""
+    out = [uint(1, gpu), uint(2, cpu), uint(3, external), uint(4, block_size)]
+    if hashes:
+        out.append(length_delimited(5, struct.pack(f"<{len(hashes)}Q", *hashes)))
+    out.append(uint(6, blocks))
     return b"".join(out)
 
 

@@ -80,15 +80,39 @@ def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=
     )
 
 
-def make_request(request_id: str, prompt_len: int, max_tokens: int, logprobs: int | None = None) -> Request:
+_block_hasher = None
+
+
+def block_hasher():
+    """What vLLM's `EngineCore` hands each request when prefix caching is on: the function that
+    computes its block-hash chain (sha256, vLLM's default)."""
+    global _block_hasher
+    if _block_hasher is None:
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        fn = get_hash_fn_by_name("sha256")
+        init_none_hash(fn)
+        _block_hasher = get_request_block_hasher(BLOCK, fn)
+    return _block_hasher
+
+
+def make_request(
+    request_id: str, prompt_len: int, max_tokens: int, logprobs: int | None = None, prompt: list | None = None, **kwargs
+) -> Request:
+    """A request as vLLM's engine core makes it (block hashes included); `kwargs`: `Request`'s own
+    (`lora_request`, `priority`, `trace_headers`)."""
     sp = SamplingParams(max_tokens=max_tokens, logprobs=logprobs, temperature=0.7, ignore_eos=False)
     # What vLLM's input processing does with the model's generation config.
     sp.update_from_generation_config({}, eos_token_id=EOS)
     return Request(
         request_id=request_id,
-        prompt_token_ids=[100 + i % 500 for i in range(prompt_len)],
+        # Prompts of their own (seeded by the id): the prefix cache serves only what is shared.
+        prompt_token_ids=prompt or [100 + (i + 37 * sum(map(ord, request_id))) % 500 for i in range(prompt_len)],
         sampling_params=sp,
         pooling_params=None,
+        block_hasher=block_hasher(),
+        **kwargs,
     )
 
 

@@ -160,7 +160,12 @@ def test_preemption_is_recorded(scenario):
     for rid in run.preempted:
         d = api(f"/api/v1/requests/{rid}", instance=instance)
         assert d["preemptions"] >= 1, rid
-        assert any(s["kind"] == "preempted" for s in d["stages"]), d["stages"]
+        preempted = [s for s in d["stages"] if s["kind"] == "preempted"]
+        assert preempted, d["stages"]
+        # Evicted to make room for a short request's next tokens, with what it had computed.
+        for s in preempted:
+            assert s["by"] in {"short-0", "short-2", "short-3", "gone", "late"}, s
+            assert s["tokens"] and s["tokens"] > 0, s
 
 
 def test_diagnosis_names_the_long_prompt(scenario):
@@ -178,6 +183,42 @@ def test_diagnosis_names_the_long_prompt(scenario):
             victims.append(rid)
             assert "long" in causes["prefill_interrupted_decode"]["culprits"], causes
     assert victims, f"no short request was found slowed by the long prompt's prefill: {said}"
+
+
+def test_who_asked_and_what_the_prefix_cache_served():
+    """The LoRA adapter, the priority and the tenant (from the request's W3C tracestate, which
+    vLLM passes on), and the prefix cache: requests sharing a prompt's start share the start of
+    their block-hash chains, and the later one is served those blocks from the cache."""
+    from vllm.lora.request import LoRARequest
+
+    instance = f"vllm-signals-{os.getpid()}-{time.time_ns()}"
+    os.environ["TOKENSCOPE_ENDPOINT"] = GRPC
+    os.environ["TOKENSCOPE_INSTANCE"] = instance
+    import tokenscope_vllm
+
+    s = engine.make_scheduler(tokenscope_vllm.TracingScheduler)
+    system = [7 + i % 300 for i in range(96)]  # six blocks of a shared "system prompt"
+    headers = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "rojo=00f067aa0ba902b7,tenant=acme"}
+    arrivals = {
+        0: [engine.make_request("first", 0, 4, prompt=system + [900 + i for i in range(40)])],
+        3: [
+            engine.make_request("second", 0, 4, prompt=system + [1900 + i for i in range(40)]),
+            engine.make_request(
+                "adapted", 30, 4, lora_request=LoRARequest("sql-adapter", 1, "/nowhere"), priority=3, trace_headers=headers
+            ),
+        ],
+    }
+    engine.drive(s, arrivals, decode_s=0.001)
+    assert s.tokenscope.flush(timeout_s=20), s.tokenscope.stats()
+    s.tokenscope.close()
+    first, second = (api(f"/api/v1/requests/{rid}", instance=instance) for rid in ("first", "second"))
+    a, b = first["prefix_cache"], second["prefix_cache"]
+    assert a["blocks"] == b["blocks"] == 136 // engine.BLOCK and a["block_size"] == engine.BLOCK, (a, b)
+    assert a["block_hashes"][:6] == b["block_hashes"][:6] and a["block_hashes"][6:] != b["block_hashes"][6:], (a, b)
+    assert first["cached_tokens"] == 0 and second["cached_tokens"] == 96 and b["gpu_tokens"] == 96, (first, second)
+    adapted = api("/api/v1/requests/adapted", instance=instance)
+    assert (adapted["lora_adapter"], adapted["priority"], adapted["tenant"]) == ("sql-adapter", 3, "acme"), adapted
+    assert "lora_adapter" not in first and first["priority"] == 0 and "tenant" not in first, first
 
 
 def test_a_tokenscope_that_is_down_costs_drops_not_the_engine():

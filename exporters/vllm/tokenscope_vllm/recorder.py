@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from tokenscope_exporter import Texts, wire
 from tokenscope_exporter.refs import RequestRefs
-from tokenscope_exporter.record import RequestRecord, StepWindow
+from tokenscope_exporter.record import RequestRecord, StepWindow, fold_hashes, tenant_of
 
 # vLLM's FinishReason (vllm/v1/engine/__init__.py): STOP, LENGTH, ABORT, ERROR, REPETITION.
 _FINISH = {0: wire.FINISH_STOP, 1: wire.FINISH_LENGTH, 2: wire.FINISH_ABORT, 3: wire.FINISH_ERROR, 4: wire.FINISH_STOP}
@@ -46,6 +46,9 @@ class Record(RequestRecord):
     request: object = None
     # The model's EOS and the request's other stop tokens.
     stop_token_ids: frozenset = frozenset()
+    # Once preempted (`Recorder.preempted`), until it resumes: the request it made room for,
+    # and the tokens it will compute again.
+    preempted_for: tuple = ("", 0)
 
 
 @dataclass
@@ -72,8 +75,10 @@ class Step:
 class Recorder:
     """Consumes the scheduler's events in order; finished requests and steps come out encoded."""
 
-    def __init__(self, texts: Texts | None = None) -> None:
+    def __init__(self, texts: Texts | None = None, block_size: int = 16) -> None:
         self.texts = texts or Texts()
+        # Tokens per KV block (the prefix cache's block hashes cover this many each).
+        self.block_size = block_size
         self.records: dict[str, Record] = {}
         # Batch entries name requests by reference into the export's ids; the exporter takes
         # them as it sends.
@@ -97,6 +102,7 @@ class Recorder:
         rid = request.request_id
         if sp is not None and sp.logprobs is not None:
             self.logprob_requests += 1
+        lora = request.lora_request
         self.records[rid] = Record(
             request_id=rid,
             request=request,
@@ -105,7 +111,18 @@ class Recorder:
             prompt_tokens=request.num_prompt_tokens,
             sampling=sp,
             stop_token_ids=_stop_tokens(sp),
+            lora_adapter=lora.lora_name if lora is not None else "",
+            priority=request.priority,
+            # vLLM passes a request's `traceparent` and `tracestate` on (with --otlp-traces-endpoint).
+            tenant=tenant_of(request.trace_headers),
         )
+
+    def preempted(self, req_id: str, aggressor: str, recompute_tokens: int, at_ns: int) -> None:
+        """vLLM evicted the request to make room for `aggressor` ("" when it was not making room
+        for another: a cache reset, a request that preempted itself)."""
+        r = self.records.get(req_id)
+        if r is not None:
+            r.preempted_for = (aggressor, recompute_tokens)
 
     def scheduled(self, so, start_ns: int, running: int, waiting: int, kv_usage: float) -> None:
         """A `SchedulerOutput`: which requests run in the step and what each computes."""
@@ -251,8 +268,8 @@ class Recorder:
         # vLLM V1 frees a preempted request's blocks and recomputes them when it resumes.
         last = self.window.last(r)
         at = r.preempted_ns or (last.end_ns if last else at_ns)
-        r.preemptions.append((at, at_ns, True))
-        r.preempted_ns = 0
+        r.preemptions.append((at, at_ns, True, *r.preempted_for))
+        r.preempted_ns, r.preempted_for = 0, ("", 0)
 
     def _logprobs(self, r: Record, lp) -> None:
         # Row j: the sampled token's logprob first, then the top-k in rank order.
@@ -262,6 +279,21 @@ class Recorder:
             r.candidate_counts.append(len(row_ids) - 1)
             r.candidate_ids += row_ids[1:]
             r.candidate_logprobs += row_lps[1:]
+
+    def _prefix(self, r: Record, req):
+        """What the prefix cache served (vLLM's `prefill_stats` split it into its own cache and a
+        KV connector's, when stats are on), and the prompt's block-hash chain."""
+        stats = getattr(req, "prefill_stats", None)
+        if stats is not None and stats.num_local_cached_tokens + stats.num_external_cached_tokens == r.cached_tokens:
+            gpu, external = stats.num_local_cached_tokens, stats.num_external_cached_tokens
+        else:
+            gpu, external = r.cached_tokens, 0
+        # The chain covers the prompt's full blocks, and the output's as it grows.
+        chain = req.block_hashes
+        blocks = min(len(chain), r.prompt_tokens // self.block_size)
+        if not blocks and not r.cached_tokens:
+            return None
+        return (gpu, 0, external, self.block_size, fold_hashes(chain[:blocks]), blocks)
 
     def _finish(self, r: Record, at_ns: int) -> None:
         """Encodes a finished request: its tokens as vLLM holds them, their steps' times."""
@@ -279,5 +311,8 @@ class Recorder:
             r.logprobs = r.ranks = r.candidate_counts = r.candidate_ids = r.candidate_logprobs = []
         if r.token_ids and r.token_ids[-1] in r.stop_token_ids:
             r.special = [0] * (n - 1) + [1]
+        r.prefix = self._prefix(r, req)
+        if r.preempted_ns:  # preempted and never resumed
+            r.preemptions.append((r.preempted_ns, 0, True, *r.preempted_for))
         r.close(self.window.making(r), at_ns, self.texts)
         self.requests_out.append(wire.request(r))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
 
 import vllm
@@ -62,7 +63,7 @@ def _exporter(vllm_config) -> Exporter:
     return Exporter(
         endpoint=os.environ.get("TOKENSCOPE_ENDPOINT", "127.0.0.1:4317"),
         resource=resource,
-        recorder=Recorder(Texts(lambda: _tokenizer(model_config))),
+        recorder=Recorder(Texts(lambda: _tokenizer(model_config)), block_size=vllm_config.cache_config.block_size),
         capacity=int(os.environ.get("TOKENSCOPE_BUFFER_EVENTS", "65536")),
         flush_interval_s=float(os.environ.get("TOKENSCOPE_FLUSH_INTERVAL_S", "0.5")),
         key=os.environ.get("TOKENSCOPE_INGEST_KEY") or None,
@@ -138,6 +139,22 @@ class _Tracing:
             except Exception as e:
                 ts.fault("finish_requests", e)
         return finished
+
+    def _preempt_request(self, request, *args, **kwargs):
+        # Called only when vLLM evicts a request, from inside `schedule()`, whose local `request`
+        # is then the one it is making room for: read from its frame (there is no other way to
+        # learn it without changing vLLM); a vLLM that names it otherwise leaves it unknown.
+        computed = request.num_computed_tokens  # vLLM sets it to 0: all of it is computed again
+        out = super()._preempt_request(request, *args, **kwargs)
+        ts = self.tokenscope
+        if ts.on:
+            try:
+                for_ = sys._getframe(1).f_locals.get("request")
+                aggressor = getattr(for_, "request_id", "") if for_ is not request else ""
+                ts.push(("preempted", request.request_id, aggressor, computed, time.time_ns()))
+            except Exception as e:
+                ts.fault("_preempt_request", e)
+        return out
 
     def shutdown(self) -> None:
         # Sends what is buffered, for at most a second whatever the endpoint does.

@@ -2,7 +2,8 @@
 
 use tokenscope_core::model::{
     self, BatchEntry, Candidate, EngineKind, FinishReason, Iteration, KvTransfer, Phase,
-    Preemption, PrefillChunk, RequestTrace, Resource, Role, SamplingParams, SpecialToken, Token,
+    Preemption, PrefillChunk, PrefixCache, RequestTrace, Resource, Role, SamplingParams,
+    SpecialToken, Token,
     validate::{self, FieldError},
 };
 
@@ -149,6 +150,11 @@ fn opt(t: i64) -> Option<i64> {
     (t != 0).then_some(t)
 }
 
+/// An optional string field: empty is not sent.
+fn text(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
 fn hex(bytes: &[u8]) -> Option<String> {
     (!bytes.is_empty()).then(|| model::hex(bytes))
 }
@@ -210,15 +216,29 @@ fn request(r: v1::Request) -> Result<RequestTrace, FieldError> {
                 at_ns: p.at_ns,
                 resumed_ns: opt(p.resumed_ns),
                 recompute: p.recompute,
+                aggressor: text(p.aggressor_request_id),
+                recompute_tokens: (p.recompute_tokens != 0).then_some(p.recompute_tokens),
             })
             .collect(),
         kv_transfer: r.kv_transfer.map(|k| KvTransfer {
             start_ns: k.start_ns,
             end_ns: k.end_ns,
             bytes: (k.bytes != 0).then_some(k.bytes),
+            blocks: (k.blocks != 0).then_some(k.blocks),
         }),
         sampling,
         tokens,
+        lora_adapter: text(r.lora_adapter),
+        priority: r.priority,
+        tenant: text(r.tenant),
+        prefix_cache: r.prefix_cache.map(|p| PrefixCache {
+            gpu_tokens: p.gpu_tokens,
+            cpu_tokens: p.cpu_tokens,
+            external_tokens: p.external_tokens,
+            block_size: p.block_size,
+            block_hashes: p.block_hashes,
+            blocks: p.blocks,
+        }),
     };
     normalize(&mut trace);
     validate::request(&trace)?;

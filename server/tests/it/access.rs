@@ -201,8 +201,13 @@ async fn a_wrong_key_file_stops_the_server_at_start_naming_the_line() {
     );
 }
 
-#[tokio::test]
-async fn with_a_read_token_pages_and_the_api_need_it_and_ingest_does_not() {
+#[test]
+fn with_a_read_token_pages_and_the_api_need_it_and_ingest_does_not() {
+    // It renders the request page: on stacks like the server's (`on_server_stacks`).
+    on_server_stacks(read_token_pages_and_api());
+}
+
+async fn read_token_pages_and_api() {
     let app = spawn_app_with(|c| c.access.read_token = Some(READ_TOKEN.into())).await;
     // Ingest is not a read: without ingest keys it stays open.
     let reply = app

@@ -131,6 +131,26 @@ async fn invalid_values_are_named() {
             Box::new(|r| r.tokens.as_mut().unwrap().candidate_logprob[1] = 0.0),
         ),
         ("output_tokens", Box::new(|r| r.output_tokens = 3)),
+        ("tenant", Box::new(|r| r.tenant = "t".repeat(300))),
+        (
+            "prefix_cache.block_hashes",
+            Box::new(|r| {
+                r.prefix_cache = Some(tokenscope_proto::v1::PrefixCache {
+                    block_hashes: vec![7; 65],
+                    blocks: 65,
+                    ..Default::default()
+                })
+            }),
+        ),
+        (
+            "prefix_cache",
+            Box::new(|r| {
+                r.prefix_cache = Some(tokenscope_proto::v1::PrefixCache {
+                    gpu_tokens: r.prompt_tokens + 1,
+                    ..Default::default()
+                })
+            }),
+        ),
     ];
     for (field, break_it) in cases {
         let good = fixtures::request("ok", T0, 5, 2, 1, 1);

@@ -5,8 +5,36 @@ use crate::common;
 
 use common::*;
 use tokenscope::fixtures;
+use tokenscope_core::analysis::stages::StageKind;
 use tokenscope_core::api::RequestDetail;
-use tokenscope_core::model::{RequestTrace, ms};
+use tokenscope_core::model::{Preemption, PrefixCache, RequestTrace, ms};
+
+/// What the engine plugins send beyond the tokens: who asked (LoRA adapter, priority, tenant),
+/// the prefix cache with the prompt's block-hash chain (a u64 past a JSON number's precision
+/// among them), and a preemption with the request it made room for.
+fn with_signals(r: &mut RequestTrace) {
+    r.lora_adapter = Some("sql-adapter".into());
+    r.priority = Some(-2);
+    r.tenant = Some("acme".into());
+    r.prefix_cache = Some(PrefixCache {
+        gpu_tokens: r.cached_tokens,
+        block_size: 16,
+        block_hashes: vec![u64::MAX, 0x0123_4567_89ab_cdef, 1],
+        blocks: r.prompt_tokens / 16,
+        ..PrefixCache::default()
+    });
+    let (a, b) = (
+        r.tokens[10].emitted_ns.unwrap(),
+        r.tokens[11].emitted_ns.unwrap(),
+    );
+    r.preemptions.push(Preemption {
+        at_ns: a + 1,
+        resumed_ns: Some(b - 1),
+        recompute: true,
+        aggressor: Some("req-big".into()),
+        recompute_tokens: Some(1234),
+    });
+}
 
 /// Checks the API's view of a request against the trace that was sent, field by field.
 fn assert_same(detail: &RequestDetail, sent: &RequestTrace, batch_size: u32, waiting: u32) {
@@ -19,6 +47,22 @@ fn assert_same(detail: &RequestDetail, sent: &RequestTrace, batch_size: u32, wai
     assert_eq!(detail.trace_id, sent.trace_id);
     assert_eq!(detail.parent_span_id, sent.parent_span_id);
     assert_eq!(detail.sampling, sent.sampling);
+    assert_eq!(detail.lora_adapter, sent.lora_adapter);
+    assert_eq!(detail.priority, sent.priority);
+    assert_eq!(detail.tenant, sent.tenant);
+    assert_eq!(detail.prefix_cache, sent.prefix_cache);
+    let preempted: Vec<_> = detail
+        .stages
+        .iter()
+        .filter(|s| s.kind == StageKind::Preempted)
+        .map(|s| (s.by.clone(), s.tokens))
+        .collect();
+    let want: Vec<_> = sent
+        .preemptions
+        .iter()
+        .map(|p| (p.aggressor.clone(), p.recompute_tokens))
+        .collect();
+    assert_eq!(preempted, want);
     let first = sent.tokens[0].emitted_ns.unwrap();
     assert_eq!(detail.summary.ttft_ms, Some(ms(first - sent.arrival_ns)));
     let tpot = (sent.finished_ns - first) / (sent.tokens.len() as i64 - 1);
@@ -68,7 +112,8 @@ fn assert_same(detail: &RequestDetail, sent: &RequestTrace, batch_size: u32, wai
 #[tokio::test]
 async fn two_thousand_tokens_round_trip_over_grpc() {
     let app = spawn_app().await;
-    let sent = fixtures::request("req-grpc", T0, 2000, 5, 1000, 7);
+    let mut sent = fixtures::request("req-grpc", T0, 2000, 5, 1000, 7);
+    with_signals(&mut sent);
     let its = fixtures::iterations_for(&sent, 12, 3);
     let reply = app
         .grpc()
@@ -94,7 +139,8 @@ async fn two_thousand_tokens_round_trip_over_grpc() {
 #[tokio::test]
 async fn two_thousand_tokens_round_trip_over_json() {
     let app = spawn_app().await;
-    let sent = fixtures::request("req-json", T0, 2000, 5, 5000, 11);
+    let mut sent = fixtures::request("req-json", T0, 2000, 5, 5000, 11);
+    with_signals(&mut sent);
     let its = fixtures::iterations_for(&sent, 4, 0);
     // pbjson writes the proto3 JSON mapping: camelCase names, 64-bit integers as strings.
     let body = serde_json::to_string(&export(

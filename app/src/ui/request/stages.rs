@@ -54,6 +54,71 @@ fn totals(stages: &[crate::api::Stage]) -> Vec<String> {
     .collect()
 }
 
+/// A bar's hover: its kind and length, and what it carried (a chunk's tokens; what a preemption
+/// made room for and will compute again; a KV transfer's size).
+fn title(s: &crate::api::Stage) -> String {
+    let mut t = format!(
+        "{} {}",
+        s.kind.label(),
+        duration_ms((s.end_ns - s.start_ns) as f64 / 1e6)
+    );
+    match s.kind {
+        StageKind::Preempted => {
+            if let Some(by) = &s.by {
+                t.push_str(&format!(" · to make room for {by}"));
+            }
+            if let Some(n) = s.tokens {
+                t.push_str(&format!(
+                    " · {} tokens to compute again",
+                    thousands(n.into())
+                ));
+            }
+        }
+        StageKind::KvTransfer => {
+            if let Some(b) = s.blocks {
+                t.push_str(&format!(" · {} blocks", thousands(b.into())));
+            }
+            if let Some(b) = s.bytes {
+                t.push_str(&format!(" · {:.1} MB", b as f64 / 1e6));
+            }
+        }
+        _ => {
+            if let Some(n) = s.tokens {
+                t.push_str(&format!(" · {} tokens", thousands(n.into())));
+            }
+        }
+    }
+    t
+}
+
+/// `Preempted to make room for X (1,200 tokens to compute again)`, each aggressor linked.
+fn aggressors(
+    stages: &[crate::api::Stage],
+    instance: &str,
+    live: bool,
+) -> Option<impl IntoView + use<>> {
+    let items: Vec<_> = stages
+        .iter()
+        .filter(|s| s.kind == StageKind::Preempted && s.by.is_some())
+        .map(|s| {
+            let by = s.by.clone().unwrap_or_default();
+            let name = if live {
+                view! { <a href=crate::links::request_href(instance, &by)>{by.clone()}</a> }
+                    .into_any()
+            } else {
+                view! { <b>{by.clone()}</b> }.into_any()
+            };
+            let again = s
+                .tokens
+                .map(|n| format!(" ({} tokens to compute again)", thousands(n.into())))
+                .unwrap_or_default();
+            view! { <li>"Preempted to make room for "{name}{again}</li> }
+        })
+        .collect();
+    (!items.is_empty())
+        .then(|| view! { <ul class="muted preempted-by" data-testid="preempted-by">{items}</ul> })
+}
+
 #[component]
 pub fn Strip(rq: Rq) -> impl IntoView {
     let th = rq.th.get_value();
@@ -68,12 +133,7 @@ pub fn Strip(rq: Rq) -> impl IntoView {
             .iter()
             .map(|s| {
                 let (l, r) = (pct(s.start_ns), pct(s.end_ns));
-                let title = format!(
-                    "{} {}{}",
-                    s.kind.label(),
-                    duration_ms((s.end_ns - s.start_ns) as f64 / 1e6),
-                    s.tokens.map(|t| format!(" · {} tokens", thousands(t.into()))).unwrap_or_default()
-                );
+                let title = title(s);
                 view! { <div class=class(s.kind) style=format!("left:{l:.3}%;width:{:.3}%", (r - l).max(0.15)) title=title></div> }
             })
             .collect_view();
@@ -92,6 +152,7 @@ pub fn Strip(rq: Rq) -> impl IntoView {
                 <div class="strip" data-testid="stage-strip">{boxes}{stalled}</div>
                 <div class="strip-axis muted"><span>"0"</span><span>{duration_ms((t1 - t0) as f64 / 1e6)}</span></div>
                 <p class="muted strip-totals">{totals(&d.stages).join(" · ")}</p>
+                {aggressors(&d.stages, &d.summary.instance, rq.live)}
             </section>
         }
         .into_any()

@@ -49,6 +49,52 @@ fn Kpi(label: &'static str, value: Option<f64>, slo: Option<f64>) -> impl IntoVi
     }
 }
 
+/// Who asked and through what (LoRA adapter, tenant, priority), and what the prefix cache served
+/// with the prompt's fingerprint: the start of its block-hash chain, which requests sharing a
+/// prompt's start share. None when the engine reported none of it.
+fn who_line(d: &RequestDetail) -> Option<impl IntoView + use<>> {
+    let mut parts = Vec::new();
+    if let Some(l) = &d.lora_adapter {
+        parts.push(format!("LoRA {l}"));
+    }
+    if let Some(t) = &d.tenant {
+        parts.push(format!("tenant {t}"));
+    }
+    match d.priority {
+        Some(p) if p != 0 => parts.push(format!("priority {p}")),
+        _ => {}
+    }
+    if let Some(p) = &d.prefix_cache {
+        let tiers: Vec<String> = [
+            ("GPU", p.gpu_tokens),
+            ("CPU", p.cpu_tokens),
+            ("external", p.external_tokens),
+        ]
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(tier, n)| format!("{tier} {}", thousands(n.into())))
+        .collect();
+        parts.push(format!(
+            "prefix cache: {} of {} prompt tokens{}",
+            thousands(d.cached_tokens.into()),
+            thousands(d.summary.prompt_tokens.into()),
+            if tiers.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", tiers.join(", "))
+            }
+        ));
+        if let Some(first) = p.block_hashes.first() {
+            parts.push(format!(
+                "prompt fingerprint {first:016x}… ({} blocks of {})",
+                p.blocks, p.block_size
+            ));
+        }
+    }
+    (!parts.is_empty())
+        .then(|| view! { <p class="muted rq-meta" data-testid="who">{parts.join(" · ")}</p> })
+}
+
 /// A PD request's parts in one line: where it was prefilled, the KV transfer, where it was
 /// decoded; each part opens as that instance stored it.
 fn parts_line(d: &RequestDetail, live: bool) -> Option<impl IntoView + use<>> {
@@ -202,6 +248,7 @@ pub fn Head(rq: Rq, dx: Diagnosis, hurt: VictimList) -> impl IntoView {
                     <span class="time">{move || { let z = zone.get(); format!("arrived {} ({})", date_time(arrival, &z), z.label()) }}</span>
                 </p>
                 {parts_line(d, rq.live)}
+                {who_line(d)}
                 <p class="muted rq-meta" data-testid="sampling">{sampling_text(&d.sampling)}</p>
                 <div class="kpis">
                     <Kpi label="TTFT" value=s.ttft_ms slo=Some(th.ttft_ms)/>

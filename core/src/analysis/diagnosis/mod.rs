@@ -267,16 +267,44 @@ fn preemption(r: &RequestTrace) -> Option<Finding> {
         .map(|p| p.resumed_ns.unwrap_or(r.finished_ns) - p.at_ns)
         .sum();
     let recompute = r.preemptions.iter().filter(|p| p.recompute).count();
+    // The requests the scheduler made room for, when the engine said (each once, in order).
+    let mut culprits: Vec<String> = Vec::new();
+    for a in r.preemptions.iter().filter_map(|p| p.aggressor.as_ref()) {
+        if !culprits.contains(a) && *a != r.request_id {
+            culprits.push(a.clone());
+        }
+    }
+    let again: u32 = r
+        .preemptions
+        .iter()
+        .filter_map(|p| p.recompute_tokens)
+        .sum();
+    let mut summary = format!(
+        "Preempted {} time{} when the KV cache ran out ({recompute} with recompute), losing {} before it resumed",
+        r.preemptions.len(),
+        if r.preemptions.len() == 1 { "" } else { "s" },
+        duration(lost)
+    );
+    if again > 0 {
+        summary.push_str(&format!(
+            " and computing {} tokens again",
+            thousands(again.into())
+        ));
+    }
+    match culprits.as_slice() {
+        [] => {}
+        [one] => summary.push_str(&format!(": the scheduler made room for {one}")),
+        [first, rest @ ..] => summary.push_str(&format!(
+            ": the scheduler made room for {first} and {} more",
+            rest.len()
+        )),
+    }
+    summary.push('.');
     Some(Finding {
         cause: Cause::KvPreempted,
         severity: Severity::Warning,
-        summary: format!(
-            "Preempted {} time{} when the KV cache ran out ({recompute} with recompute), losing {} before it resumed.",
-            r.preemptions.len(),
-            if r.preemptions.len() == 1 { "" } else { "s" },
-            duration(lost)
-        ),
-        culprits: Vec::new(),
+        summary,
+        culprits,
         evidence: serde_json::json!({ "preemptions": r.preemptions, "lost_ms": ms(lost) }),
         inferred: false,
     })
@@ -619,6 +647,7 @@ mod tests {
             start_ns: 900 * MS,
             end_ns: 1850 * MS,
             bytes: None,
+            blocks: None,
         });
         let parts = [&prefill, &decode];
         let joined = crate::analysis::pd::join(&parts);

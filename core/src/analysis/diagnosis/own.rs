@@ -218,7 +218,8 @@ mod tests {
 
     use super::super::{Context, Diagnosis, OtherRequest, Thresholds, Verdict, diagnose};
     use crate::model::{
-        BatchEntry, FinishReason, Iteration, Nanos, Phase, PrefillChunk, RequestTrace, Token,
+        BatchEntry, FinishReason, Iteration, Nanos, Phase, Preemption, PrefillChunk, RequestTrace,
+        Token,
     };
 
     const MS: Nanos = 1_000_000;
@@ -501,6 +502,40 @@ mod tests {
         assert!(
             s.contains("(1 more gap of 60.0 ms in all no prefill explains)"),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn a_preemption_names_the_request_the_scheduler_made_room_for() {
+        let r = RequestTrace {
+            request_id: "victim".into(),
+            arrival_ns: 0,
+            queued_ns: Some(0),
+            first_scheduled_ns: Some(0),
+            finished_ns: 900 * MS,
+            prompt_tokens: 1000,
+            tokens: tokens(&[20, 40, 800, 820, 900]),
+            output_tokens: 5,
+            preemptions: vec![Preemption {
+                at_ns: 50 * MS,
+                resumed_ns: Some(700 * MS),
+                recompute: true,
+                aggressor: Some("big".into()),
+                recompute_tokens: Some(1002),
+            }],
+            ..RequestTrace::default()
+        };
+        let d = run(&r, &[], &[]);
+        let f = d
+            .findings
+            .iter()
+            .find(|f| f.cause.name() == "kv_preempted")
+            .expect("a preemption finding");
+        assert_eq!(f.culprits, ["big"]);
+        assert!(
+            f.summary.ends_with("losing 650.0 ms before it resumed and computing 1,002 tokens again: the scheduler made room for big."),
+            "{}",
+            f.summary
         );
     }
 }

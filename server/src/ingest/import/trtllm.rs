@@ -499,6 +499,7 @@ fn request(
             start_ns: s,
             end_ns: e,
             bytes: positive(timing.kv_cache_size).map(|b| b as u64),
+            blocks: None,
         }),
         _ => None,
     };

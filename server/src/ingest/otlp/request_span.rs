@@ -163,7 +163,22 @@ pub fn request(
         kv_transfer,
         sampling: sampling(&a)?,
         tokens,
+        tenant: tenant(&a)?,
+        ..RequestTrace::default()
     })
+}
+
+/// The span attributes that name whom a request was served for, the first present wins:
+/// tokenscope's own, then OpenTelemetry's `user.id` and the older `enduser.id`.
+const TENANT: [&str; 3] = ["tokenscope.tenant", "user.id", "enduser.id"];
+
+fn tenant(a: &Attrs) -> Result<Option<String>, FieldError> {
+    for key in TENANT {
+        if let Some(t) = a.string_like(key)?.filter(|t| !t.is_empty()) {
+            return Ok(Some(t));
+        }
+    }
+    Ok(None)
 }
 
 /// TensorRT-LLM marks a disaggregated request's KV transfer with events, or reports its length.
@@ -183,6 +198,7 @@ fn kv_transfer(span: &Span, a: &Attrs, arrival: Nanos) -> Result<Option<KvTransf
                 "events[kv_cache_transfer_end].time_unix_nano",
             )?,
             bytes: None,
+            blocks: None,
         }));
     }
     // Only a duration: the transfer precedes the first token, so it is placed from arrival.
@@ -190,5 +206,6 @@ fn kv_transfer(span: &Span, a: &Attrs, arrival: Nanos) -> Result<Option<KvTransf
         start_ns: arrival,
         end_ns: arrival + d,
         bytes: None,
+        blocks: None,
     }))
 }

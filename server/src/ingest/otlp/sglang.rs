@@ -147,6 +147,7 @@ pub fn request<'a>(
             start_ns: time(kv.start_time_unix_nano, "kv_transfer.start")?,
             end_ns: time(kv.end_time_unix_nano, "kv_transfer.end")?,
             bytes: None,
+            blocks: None,
         });
     }
     let mut events: Vec<(u64, &str)> = stages
@@ -166,6 +167,7 @@ pub fn request<'a>(
                     .map(|t| time(t, "events[schedule].time_unix_nano"))
                     .transpose()?,
                 recompute: true,
+                ..Preemption::default()
             });
         }
     }
