@@ -134,7 +134,8 @@ def make_scheduler(kv_tokens: int = 4096, prefill_s_per_token: float = 60e-6, de
     return s
 
 
-def make_request(rid: str, prompt: int, max_tokens: int, logprobs: int = 0, temperature: float = 0.7) -> Req:
+def make_request(rid: str, prompt: int, max_tokens: int, logprobs: int = 0, temperature: float = 0.7, **kwargs) -> Req:
+    """SGLang's own `Req`; `kwargs`: its other arguments (`lora_id`, `priority`)."""
     sp = SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_p=0.9, stop_token_ids=[EOS])
     sp.normalize(None)
     return Req(
@@ -145,6 +146,7 @@ def make_request(rid: str, prompt: int, max_tokens: int, logprobs: int = 0, temp
         return_logprob=logprobs > 0,
         top_logprobs_num=logprobs,
         eos_token_ids={EOS},
+        **kwargs,
     )
 
 

@@ -62,7 +62,7 @@ def scenario(plugins, request):
         0: shorts,
         3: [engine.make_request("long", 1200, 30)],
         4: [engine.make_request("gone", 300, 20)],  # no room: waits, and its client gives up
-        14: [engine.make_request("late", 100, 20)],
+        14: [engine.make_request("late", 100, 20, lora_id="sql-adapter", priority=3)],
     }
     run = engine.serve(s, arrivals, mixed_from=14, overlap=request.param == "overlap", aborts={8: "gone"})
     # No flush here: the plugin sends what it holds when the event loop returns.
@@ -154,6 +154,13 @@ def test_tokens_logprobs_and_eos_are_the_engines(scenario):
     eos = api("/api/v1/requests/short-1", instance=instance)
     assert eos["finish_reason"] == "stop"
     assert eos["tokens"][-1]["special"] == "eos" and len(eos["tokens"]) == 12
+
+
+def test_lora_adapter_and_priority_are_the_requests(scenario):
+    instance, _, _ = scenario
+    late = api("/api/v1/requests/late", instance=instance)
+    assert (late["lora_adapter"], late["priority"]) == ("sql-adapter", 3), late
+    assert "lora_adapter" not in api("/api/v1/requests/short-0", instance=instance)
 
 
 def test_retraction_is_recorded(scenario):

@@ -130,6 +130,9 @@ class Recorder:
             queued_ns=at_ns,
             prompt_tokens=len(req.origin_input_ids),
             sampling=Sampling.of(getattr(req, "sampling_params", None)),
+            # SGLang's adapter id (its LoRA registry's name for the adapter) and priority.
+            lora_adapter=getattr(req, "lora_id", None) or "",
+            priority=getattr(req, "priority", None),
         )
 
     def aborted(self, req, at_ns: int) -> None:
@@ -279,8 +282,21 @@ class Recorder:
         self._logprobs(r, req, n)
         if n and type(reason).__name__ == "FINISH_MATCHED_TOKEN":
             r.special = [0] * (n - 1) + [1]  # stopped by EOS or a stop token: the last one
+        r.prefix = self._prefix(r, req)
         r.close(making, at_ns, self.texts)
         self.requests_out.append(wire.request(r))
+
+    @staticmethod
+    def _prefix(r: Record, req):
+        """What the prefix cache served, per tier as SGLang counts it (device: the GPU's radix
+        cache; host: HiCache's CPU tier; storage: its external tier). SGLang's radix tree keeps no
+        per-request chain of block hashes, so no fingerprint is sent."""
+        tiers = [getattr(req, f"cached_tokens_{t}", 0) or 0 for t in ("device", "host", "storage")]
+        if not r.cached_tokens and not any(tiers):
+            return None
+        if sum(tiers) != r.cached_tokens:
+            tiers = [r.cached_tokens, 0, 0]  # tiers not counted (or counted otherwise): all the GPU's
+        return (*tiers, 0, [], 0)
 
     @staticmethod
     def _logprobs(r: Record, req, n: int) -> None:
