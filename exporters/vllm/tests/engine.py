@@ -193,9 +193,14 @@ def drive(
     return run
 
 
+def sampled_logprob(token_id: int) -> float:
+    """The logprob the made-up model gives the token it sampled: tells each token's row apart."""
+    return -0.5 - (token_id % 7) * 0.01
+
+
 def _model_output(ids: list, samples: set, tokens: dict, eos_after: dict, step: int) -> ModelRunnerOutput:
     """A step's output: the next token of each request that samples (EOS when `eos_after` says),
-    with top-3 logprobs and a rank of 2. `tokens`: what the scheduler reported so far (every
+    with top-3 logprobs (the sampled one's from `sampled_logprob`) and a rank of 2. `tokens`: what the scheduler reported so far (every
     earlier step's output has been applied)."""
     sampled = []
     for rid in ids:
@@ -206,7 +211,7 @@ def _model_output(ids: list, samples: set, tokens: dict, eos_after: dict, step: 
         sampled.append([EOS if eos_after.get(rid) == n else sample(step, rid)])
     k = 3
     lp_ids = np.array([[row[0] if row else 0] + [1000 + j for j in range(k)] for row in sampled], dtype=np.int64)
-    lps = np.array([[-0.5] + [-0.1 - 0.5 * j for j in range(k)] for _ in sampled], dtype=np.float32)
+    lps = np.array([[sampled_logprob(row[0] if row else 0)] + [-0.1 - 0.5 * j for j in range(k)] for row in sampled], dtype=np.float32)
     ranks = np.array([2 for _ in sampled], dtype=np.int64)
     return model_runner_output(ids, sampled, LogprobsLists(lp_ids, lps, ranks))
 

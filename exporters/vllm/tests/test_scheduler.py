@@ -120,8 +120,12 @@ def test_tokens_logprobs_and_eos_are_the_schedulers(scenario):
     assert long["ttft_ms"] is not None and long["ttft_ms"] > 0
     with_lp = api("/api/v1/requests/short-0", instance=instance)
     first = with_lp["tokens"][0]
-    assert abs(first["logprob"] + 0.5) < 1e-3 and first["rank"] == 2, first
+    assert abs(first["logprob"] - engine.sampled_logprob(first["token_id"])) < 1e-3 and first["rank"] == 2, first
     assert [c["token_id"] for c in first["candidates"]] == [1000, 1001, 1002]
+    # Every token has its own row of the steps' arrays: the one it was sampled with.
+    lp = [(t["token_id"], round(t["logprob"], 3), t["rank"]) for t in with_lp["tokens"]]
+    assert lp == [(t, round(engine.sampled_logprob(t), 3), 2) for t in run.tokens["short-0"]], lp
+    assert all([c["token_id"] for c in t["candidates"]] == [1000, 1001, 1002] for t in with_lp["tokens"])
     # Texts from the model's tokenizer, loaded by the exporter.
     assert first["text"] == f"w{first['token_id']}", first
     assert [c["text"] for c in first["candidates"]] == ["w1000", "w1001", "w1002"]

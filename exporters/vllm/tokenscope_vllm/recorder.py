@@ -19,7 +19,9 @@ finish its prompt.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from tokenscope_exporter import Texts, wire
 from tokenscope_exporter.refs import RequestRefs
@@ -49,6 +51,8 @@ class Record(RequestRecord):
     # Once preempted (`Recorder.preempted`), until it resumes: the request it made room for,
     # and the tokens it will compute again.
     preempted_for: tuple = ("", 0)
+    # Its logprob rows, split out of the steps' arrays once per export (`StepLogprobs`).
+    lp_chunks: list = field(default_factory=list)
 
 
 @dataclass
@@ -72,6 +76,82 @@ class Step:
     end_ns: int = 0
 
 
+class StepLogprobs:
+    """Logprobs kept as vLLM's model runner made them: each step's arrays for its whole batch
+    (`ModelRunnerOutput.logprobs`, by reference), split by request once per export with numpy.
+    Reading them per request and step, as vLLM's own outputs slice them, cost about 3 µs per
+    request: 0.8 ms a step at a batch of 256 (docs/BENCHMARKS.md)."""
+
+    def __init__(self) -> None:
+        # Request id -> its code, for the live requests that asked for logprobs.
+        self.codes: dict[str, int] = {}
+        self.by_code: dict[int, Record] = {}
+        self._next = 0
+        # (iteration id, codes of the batch's rows, token ids, logprobs, ranks) per step.
+        self.steps: list = []
+        # The last batch's request ids and their codes: a decode batch repeats step after step.
+        self._last_ids: list | None = None
+        self._last_codes = None
+
+    def want(self, r: Record) -> None:
+        self.codes[r.request_id] = self._next
+        self.by_code[self._next] = r
+        self._next += 1
+        self._last_ids = None  # a batch with it has other codes
+
+    def done(self, r: Record) -> None:
+        code = self.codes.pop(r.request_id, None)
+        if code is not None:
+            del self.by_code[code]
+
+    def add(self, iteration_id: int, req_ids: list, lp) -> None:
+        if req_ids != self._last_ids:  # a C-level comparison of the same str objects
+            get = self.codes.get
+            self._last_codes = np.fromiter((get(rid, -1) for rid in req_ids), np.int64, len(req_ids))
+            self._last_ids = req_ids
+        self.steps.append((iteration_id, self._last_codes, lp.logprob_token_ids, lp.logprobs, lp.sampled_token_ranks))
+
+    def split(self) -> None:
+        """Hands each live request its rows of the steps kept so far (one numpy sort for all)."""
+        steps, self.steps = self.steps, []
+        if not steps:
+            return
+        codes = np.concatenate([s[1] for s in steps])
+        its = np.repeat(np.fromiter((s[0] for s in steps), np.int64, len(steps)), [len(s[1]) for s in steps])
+        width = max(s[2].shape[1] for s in steps)
+        if any(s[2].shape[1] != width for s in steps):
+            return  # a step with another top-k: left for the per-request path to miss (no logprobs)
+        ids, lps = np.concatenate([s[2] for s in steps]), np.concatenate([s[3] for s in steps])
+        ranks = np.concatenate([s[4] for s in steps])
+        order = np.argsort(codes, kind="stable")
+        codes = codes[order]
+        cuts = np.flatnonzero(np.diff(codes)) + 1
+        for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(codes)]))):
+            r = self.by_code.get(int(codes[lo]))
+            if r is not None:
+                rows = order[lo:hi]
+                r.lp_chunks.append((its[rows], ids[rows], lps[rows], ranks[rows]))
+
+    @staticmethod
+    def columns(r: Record, making: list) -> None:
+        """The request's logprob columns, one row per token: its rows of the steps that made them."""
+        if not r.lp_chunks:
+            return
+        its, ids, lps, ranks = (np.concatenate([c[k] for c in r.lp_chunks]) for k in range(4))
+        r.lp_chunks = []
+        made = np.fromiter((s.iteration_id for s in making), np.int64, len(making))
+        rows = np.isin(its, made)
+        if int(rows.sum()) != len(making) or len(np.unique(its[rows])) != len(making):
+            return  # not one row per token (speculation, a lost step): no logprobs rather than wrong ones
+        ids, lps = ids[rows], lps[rows]
+        r.logprobs = lps[:, 0].tolist()
+        r.ranks = ranks[rows].tolist()
+        k = ids.shape[1] - 1
+        r.candidate_counts = [k] * len(making)
+        r.candidate_ids = ids[:, 1:].ravel().tolist()
+        r.candidate_logprobs = lps[:, 1:].ravel().tolist()
+
+
 class Recorder:
     """Consumes the scheduler's events in order; finished requests and steps come out encoded."""
 
@@ -92,8 +172,9 @@ class Recorder:
         self.iterations_out: list[bytes] = []
         # Model outputs of steps whose schedule was dropped (buffer full).
         self.unmatched_outputs = 0
-        # Live requests that asked for logprobs: only then are a step's outputs read one by one.
+        # Live requests that asked for logprobs: only then are a step's logprobs kept.
         self.logprob_requests = 0
+        self.lp = StepLogprobs()
 
     # --- events -------------------------------------------------------------------------------
 
@@ -116,6 +197,8 @@ class Recorder:
             # vLLM passes a request's `traceparent` and `tracestate` on (with --otlp-traces-endpoint).
             tenant=tenant_of(request.trace_headers),
         )
+        if sp is not None and sp.logprobs is not None:
+            self.lp.want(self.records[rid])
 
     def preempted(self, req_id: str, aggressor: str, recompute_tokens: int, at_ns: int) -> None:
         """vLLM evicted the request to make room for `aggressor` ("" when it was not making room
@@ -156,8 +239,10 @@ class Recorder:
             batch, prefills, silent = self._mixed_batch(new, cached, counts, start_ns, it)
         self.pending[id(so)] = Step(it, start_ns, counts, batch, self.refs.ids, prefills, silent, running, waiting, kv_usage)
 
-    def updated(self, so, outputs, done, end_ns: int) -> None:
-        """A step's model output has been applied: the step ends; `done` finished in it."""
+    def updated(self, so, outputs, done, end_ns: int, logprobs=None, req_ids=None) -> None:
+        """A step's model output has been applied: the step ends; `done` finished in it.
+        `logprobs`, `req_ids`: the model runner's output for the whole batch, when logprobs
+        were asked for."""
         step = self.pending.pop(id(so), None)
         if step is None:
             self.unmatched_outputs += 1
@@ -180,7 +265,12 @@ class Recorder:
                 step.kv_cache_usage,
             )
         )
-        if self.logprob_requests:
+        if not self.logprob_requests:
+            pass
+        elif logprobs is not None and req_ids is not None and getattr(logprobs, "cu_num_generated_tokens", None) is None:
+            self.lp.add(step.iteration_id, req_ids, logprobs)  # one token per row: kept whole
+        else:
+            # Several tokens to a request (speculation), or no batch arrays: vLLM's per-request slices.
             records = self.records
             for eco in outputs.values():
                 for o in eco.outputs:
@@ -202,6 +292,7 @@ class Recorder:
 
     def take(self) -> tuple[list[bytes], list[bytes]]:
         """The encoded requests and iterations finished since the last call."""
+        self.lp.split()
         out = (self.requests_out, self.iterations_out)
         self.requests_out, self.iterations_out = [], []
         return out
@@ -300,10 +391,16 @@ class Recorder:
         del self.records[r.request_id]
         req = r.request
         sp = r.sampling
-        if sp is not None and sp.logprobs is not None:
-            self.logprob_requests -= 1
         r.token_ids = list(req.output_token_ids)
         n = len(r.token_ids)
+        making = self.window.making(r)
+        if sp is not None and sp.logprobs is not None:
+            self.logprob_requests -= 1
+            if self.lp.steps:
+                self.lp.split()  # its latest rows are still in the steps' arrays
+            if r.lp_chunks and len(making) == n:
+                StepLogprobs.columns(r, making)
+            self.lp.done(r)
         reason = req.get_finished_reason()
         r.finish_reason = _FINISH.get(int(reason), wire.FINISH_STOP) if reason is not None else wire.FINISH_ABORT
         if r.logprobs and len(r.logprobs) != n:
@@ -314,5 +411,5 @@ class Recorder:
         r.prefix = self._prefix(r, req)
         if r.preempted_ns:  # preempted and never resumed
             r.preemptions.append((r.preempted_ns, 0, True, *r.preempted_for))
-        r.close(self.window.making(r), at_ns, self.texts)
+        r.close(making, at_ns, self.texts)
         self.requests_out.append(wire.request(r))

@@ -113,7 +113,7 @@ class _Tracing:
         ts = self.tokenscope
         if ts.on:
             try:
-                ts.push(self._update_event(scheduler_output, outputs, end))
+                ts.push(self._update_event(scheduler_output, outputs, end, model_runner_output))
             except Exception as e:
                 ts.fault("update_from_output", e)
         return outputs
@@ -123,11 +123,13 @@ class _Tracing:
     def _step_event(self, out, start_ns: int) -> tuple:
         return ("scheduled", out, start_ns, len(self.running), len(self.waiting), self.kv_cache_manager.usage)
 
-    def _update_event(self, scheduler_output, outputs, end_ns: int) -> tuple:
+    def _update_event(self, scheduler_output, outputs, end_ns: int, model_runner_output=None) -> tuple:
         # Requests it finished: vLLM collects them for the next step's output; a copy, as that
         # set is handed on and replaced at the next schedule().
         done = tuple(self.finished_req_ids) if self.finished_req_ids else ()
-        return ("updated", scheduler_output, outputs, done, end_ns)
+        # The batch's logprobs as the model runner made them (None unless a request asked).
+        lp = getattr(model_runner_output, "logprobs", None)
+        return ("updated", scheduler_output, outputs, done, end_ns, lp, model_runner_output.req_ids if lp is not None else None)
 
     def finish_requests(self, request_ids, finished_status):
         finished = super().finish_requests(request_ids, finished_status)
