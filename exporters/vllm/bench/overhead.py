@@ -120,15 +120,22 @@ def main() -> None:
     print(f"  1. hooks on the engine's thread:                    {hooks_per_step(a.batch) / 1e3:8.1f} µs/step")
     cpu = [exporter_per_step(a.batch, lp, a.steps) for _ in range(a.rounds)]
     print(f"  2. exporter thread CPU, steady decoding:            {statistics.median(cpu) / 1e3:8.1f} µs/step")
-    plain, traced = [], []
+    plain, traced, rounds = [], [], []
     for r in range(a.rounds):
         # Which goes first alternates: a process's later schedulers run slower than its first.
         order = [(plain, Scheduler), (traced, tokenscope_vllm.TracingScheduler)]
+        medians = {}
         for out, cls in order if r % 2 == 0 else reversed(order):
-            out += engine_steps(cls, a.batch, a.steps, lp)
+            times = engine_steps(cls, a.batch, a.steps, lp)
+            out += times
+            medians[cls] = statistics.median(times)
+        rounds.append(medians[tokenscope_vllm.TracingScheduler] - medians[Scheduler])
     p, t = statistics.median(plain), statistics.median(traced)
+    d = t - p
     print(f"  3. engine step, plain Scheduler:                    {p / 1e3:8.1f} µs/step (median)")
-    print(f"     with TracingScheduler and its exporter thread:   {t / 1e3:8.1f} µs/step ({(t - p) / 1e3:+.1f})")
+    print(f"     with TracingScheduler and its exporter thread:   {t / 1e3:8.1f} µs/step ({d / 1e3:+.1f}, {d / p * 100:+.1f} %)")
+    print(f"     difference per round (spread):                   {', '.join(f'{x / 1e3:+.0f}' for x in rounds)} µs")
+    print(f"     share of a 20 ms / 50 ms GPU step:               {d / 20e6 * 100:+.2f} % / {d / 50e6 * 100:+.2f} %")
 
 
 if __name__ == "__main__":
