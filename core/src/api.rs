@@ -10,7 +10,7 @@ pub use crate::analysis::compare::{CauseCount, CompareSide, Delta, HistogramBin}
 pub use crate::analysis::metrics::{LatencyBucket, LatencySeries, Percentiles};
 pub use crate::analysis::stages::{Stage, StageKind};
 pub use crate::analysis::token_view::{CandidateView, TokenView};
-use crate::model::{EngineKind, FinishReason, Nanos, PrefixCache, Role, SamplingParams};
+use crate::model::{EngineKind, FinishReason, Nanos, Role, SamplingParams, Served};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestSummary {
@@ -68,16 +68,9 @@ pub struct RequestDetail {
     pub cached_tokens: u32,
     pub sampling: SamplingParams,
     pub preemptions: u32,
-    /// Who asked, and through what: the LoRA adapter, the priority, the tenant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lora_adapter: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    /// What the prefix cache served, and the prompt's fingerprint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix_cache: Option<PrefixCache>,
+    /// For whom, through which adapter, at which priority, what the prefix cache served.
+    #[serde(flatten)]
+    pub served: Served,
     pub stages: Vec<Stage>,
     pub tokens: Vec<TokenView>,
     /// A PD request's parts in order (prefilled on one instance, decoded on another), when its

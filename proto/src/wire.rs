@@ -201,10 +201,10 @@ fn request_to_wire(r: &RequestTrace) -> v1::Request {
             bytes: k.bytes.unwrap_or(0),
             blocks: k.blocks.unwrap_or(0),
         }),
-        lora_adapter: r.lora_adapter.clone().unwrap_or_default(),
-        priority: r.priority,
-        tenant: r.tenant.clone().unwrap_or_default(),
-        prefix_cache: r.prefix_cache.as_ref().map(|p| v1::PrefixCache {
+        lora_adapter: r.served.lora_adapter.clone().unwrap_or_default(),
+        priority: r.served.priority,
+        tenant: r.served.tenant.clone().unwrap_or_default(),
+        prefix_cache: r.served.prefix_cache.as_ref().map(|p| v1::PrefixCache {
             gpu_tokens: p.gpu_tokens,
             cpu_tokens: p.cpu_tokens,
             external_tokens: p.external_tokens,

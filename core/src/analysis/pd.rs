@@ -3,7 +3,7 @@
 //! instance, joined into one request.
 
 use crate::analysis::stages::{Stage, StageKind};
-use crate::model::{Nanos, RequestTrace, Role};
+use crate::model::{Nanos, RequestTrace, Role, Served};
 
 use super::stages::stages;
 
@@ -120,11 +120,13 @@ pub fn join(parts: &[&RequestTrace]) -> RequestTrace {
         kv_transfer: parts.iter().find_map(|p| p.kv_transfer.clone()),
         sampling: last.sampling.clone(),
         tokens,
-        lora_adapter: parts.iter().find_map(|p| p.lora_adapter.clone()),
-        priority: parts.iter().find_map(|p| p.priority),
-        tenant: parts.iter().find_map(|p| p.tenant.clone()),
-        // The prefill instance's cache served the prompt.
-        prefix_cache: parts.iter().find_map(|p| p.prefix_cache.clone()),
+        served: Served {
+            lora_adapter: parts.iter().find_map(|p| p.served.lora_adapter.clone()),
+            priority: parts.iter().find_map(|p| p.served.priority),
+            tenant: parts.iter().find_map(|p| p.served.tenant.clone()),
+            // The prefill instance's cache served the prompt.
+            prefix_cache: parts.iter().find_map(|p| p.served.prefix_cache.clone()),
+        },
     }
 }
 

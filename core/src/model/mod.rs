@@ -16,7 +16,7 @@ pub mod validate;
 pub use iteration::{BatchEntry, Iteration, Phase, StepLoad};
 pub use request::{
     FinishReason, KvTransfer, MAX_BLOCK_HASHES, OtherRequest, Preemption, PrefillChunk,
-    PrefixCache, RequestTrace, SamplingParams,
+    PrefixCache, RequestTrace, SamplingParams, Served,
 };
 pub use resource::{EngineKind, Resource, Role};
 pub use token::{Candidate, Rank, SpecialToken, Token};

@@ -136,12 +136,22 @@ pub struct RequestTrace {
     pub kv_transfer: Option<KvTransfer>,
     pub sampling: SamplingParams,
     pub tokens: Vec<Token>,
-    /// The LoRA adapter that served it.
+    #[serde(flatten)]
+    pub served: Served,
+}
+
+/// How a request was served, beyond its times: for whom, through which LoRA adapter, at which
+/// priority, and what the prefix cache gave it. Each as the engine reported it, or None.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Served {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lora_adapter: Option<String>,
-    /// The scheduling priority it asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
-    /// Whom it was served for.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix_cache: Option<PrefixCache>,
 }
 

@@ -175,12 +175,16 @@ pub fn request(r: &RequestTrace) -> Check {
             check_id(|| format!("preemptions[{i}].aggressor_request_id"), a)?;
         }
     }
-    for (field, v) in [("lora_adapter", &r.lora_adapter), ("tenant", &r.tenant)] {
+    let served = &r.served;
+    for (field, v) in [
+        ("lora_adapter", &served.lora_adapter),
+        ("tenant", &served.tenant),
+    ] {
         if let Some(v) = v {
             check_id(field, v)?;
         }
     }
-    if let Some(p) = &r.prefix_cache {
+    if let Some(p) = &served.prefix_cache {
         prefix_cache(p, r.prompt_tokens)?;
     }
     if let Some(kv) = &r.kv_transfer {

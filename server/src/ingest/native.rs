@@ -2,7 +2,7 @@
 
 use tokenscope_core::model::{
     self, BatchEntry, Candidate, EngineKind, FinishReason, Iteration, KvTransfer, Phase,
-    Preemption, PrefillChunk, PrefixCache, RequestTrace, Resource, Role, SamplingParams,
+    Preemption, PrefillChunk, PrefixCache, RequestTrace, Resource, Role, SamplingParams, Served,
     SpecialToken, Token,
     validate::{self, FieldError},
 };
@@ -228,17 +228,19 @@ fn request(r: v1::Request) -> Result<RequestTrace, FieldError> {
         }),
         sampling,
         tokens,
-        lora_adapter: text(r.lora_adapter),
-        priority: r.priority,
-        tenant: text(r.tenant),
-        prefix_cache: r.prefix_cache.map(|p| PrefixCache {
-            gpu_tokens: p.gpu_tokens,
-            cpu_tokens: p.cpu_tokens,
-            external_tokens: p.external_tokens,
-            block_size: p.block_size,
-            block_hashes: p.block_hashes,
-            blocks: p.blocks,
-        }),
+        served: Served {
+            lora_adapter: text(r.lora_adapter),
+            priority: r.priority,
+            tenant: text(r.tenant),
+            prefix_cache: r.prefix_cache.map(|p| PrefixCache {
+                gpu_tokens: p.gpu_tokens,
+                cpu_tokens: p.cpu_tokens,
+                external_tokens: p.external_tokens,
+                block_size: p.block_size,
+                block_hashes: p.block_hashes,
+                blocks: p.blocks,
+            }),
+        },
     };
     normalize(&mut trace);
     validate::request(&trace)?;

@@ -13,10 +13,10 @@ use tokenscope_core::model::{Preemption, PrefixCache, RequestTrace, ms};
 /// the prefix cache with the prompt's block-hash chain (a u64 past a JSON number's precision
 /// among them), and a preemption with the request it made room for.
 fn with_signals(r: &mut RequestTrace) {
-    r.lora_adapter = Some("sql-adapter".into());
-    r.priority = Some(-2);
-    r.tenant = Some("acme".into());
-    r.prefix_cache = Some(PrefixCache {
+    r.served.lora_adapter = Some("sql-adapter".into());
+    r.served.priority = Some(-2);
+    r.served.tenant = Some("acme".into());
+    r.served.prefix_cache = Some(PrefixCache {
         gpu_tokens: r.cached_tokens,
         block_size: 16,
         block_hashes: vec![u64::MAX, 0x0123_4567_89ab_cdef, 1],
@@ -47,10 +47,7 @@ fn assert_same(detail: &RequestDetail, sent: &RequestTrace, batch_size: u32, wai
     assert_eq!(detail.trace_id, sent.trace_id);
     assert_eq!(detail.parent_span_id, sent.parent_span_id);
     assert_eq!(detail.sampling, sent.sampling);
-    assert_eq!(detail.lora_adapter, sent.lora_adapter);
-    assert_eq!(detail.priority, sent.priority);
-    assert_eq!(detail.tenant, sent.tenant);
-    assert_eq!(detail.prefix_cache, sent.prefix_cache);
+    assert_eq!(detail.served, sent.served);
     let preempted: Vec<_> = detail
         .stages
         .iter()

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use tokenscope_core::model::metrics::request_metrics;
 use tokenscope_core::model::{
-    KvTransfer, Nanos, Preemption, PrefillChunk, PrefixCache, RequestTrace, Resource,
-    SamplingParams, unhex,
+    KvTransfer, Nanos, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams, Served,
+    unhex,
 };
 
 use super::token_block::{self, StoredText};
@@ -30,14 +30,8 @@ pub(super) struct Detail {
     pub preemptions: Vec<Preemption>,
     pub kv_transfer: Option<KvTransfer>,
     pub sampling: SamplingParams,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lora_adapter: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix_cache: Option<PrefixCache>,
+    #[serde(flatten)]
+    pub served: Served,
 }
 
 impl Detail {
@@ -56,10 +50,7 @@ impl Detail {
         r.preemptions = self.preemptions;
         r.kv_transfer = self.kv_transfer;
         r.sampling = self.sampling;
-        r.lora_adapter = self.lora_adapter;
-        r.priority = self.priority;
-        r.tenant = self.tenant;
-        r.prefix_cache = self.prefix_cache;
+        r.served = self.served;
     }
 }
 
@@ -397,10 +388,7 @@ impl RequestRows {
             preemptions: r.preemptions.clone(),
             kv_transfer: r.kv_transfer.clone(),
             sampling: r.sampling.clone(),
-            lora_adapter: r.lora_adapter.clone(),
-            priority: r.priority,
-            tenant: r.tenant.clone(),
-            prefix_cache: r.prefix_cache.clone(),
+            served: r.served.clone(),
         };
         self.request_id.push(r.request_id.clone());
         self.arrival_ns.push(r.arrival_ns);

@@ -53,18 +53,18 @@ fn Kpi(label: &'static str, value: Option<f64>, slo: Option<f64>) -> impl IntoVi
 /// with the prompt's fingerprint: the start of its block-hash chain, which requests sharing a
 /// prompt's start share. None when the engine reported none of it.
 fn who_line(d: &RequestDetail) -> Option<impl IntoView + use<>> {
-    let mut parts = Vec::new();
-    if let Some(l) = &d.lora_adapter {
+    let (s, mut parts) = (&d.served, Vec::new());
+    if let Some(l) = &s.lora_adapter {
         parts.push(format!("LoRA {l}"));
     }
-    if let Some(t) = &d.tenant {
+    if let Some(t) = &s.tenant {
         parts.push(format!("tenant {t}"));
     }
-    match d.priority {
+    match s.priority {
         Some(p) if p != 0 => parts.push(format!("priority {p}")),
         _ => {}
     }
-    if let Some(p) = &d.prefix_cache {
+    if let Some(p) = &s.prefix_cache {
         let tiers: Vec<String> = [
             ("GPU", p.gpu_tokens),
             ("CPU", p.cpu_tokens),

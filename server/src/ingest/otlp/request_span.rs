@@ -163,7 +163,10 @@ pub fn request(
         kv_transfer,
         sampling: sampling(&a)?,
         tokens,
-        tenant: tenant(&a)?,
+        served: tokenscope_core::model::Served {
+            tenant: tenant(&a)?,
+            ..Default::default()
+        },
         ..RequestTrace::default()
     })
 }
