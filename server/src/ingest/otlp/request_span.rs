@@ -167,7 +167,6 @@ pub fn request(
             tenant: tenant(&a)?,
             ..Default::default()
         },
-        ..RequestTrace::default()
     })
 }
 
