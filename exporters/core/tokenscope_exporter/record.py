@@ -72,6 +72,11 @@ class RequestRecord:
     # What the prefix cache served: `wire.prefix_cache`'s arguments (gpu, cpu, external tokens,
     # block size, the first block hashes as 64-bit values, the chain's length), or None.
     prefix: tuple | None = None
+    # PD decode side: the tokens that came with the KV cache from the prefill instance (its first
+    # token, made there), and when they arrived here; the KV transfer's (start, end) in ns.
+    handoff: int = 0
+    handoff_ns: int = 0
+    kv_transfer: tuple | None = None
     # When it was preempted, until it resumes.
     preempted_ns: int = 0
     # Filled when it is done.
@@ -104,14 +109,20 @@ class RequestRecord:
 
     def time_tokens(self, making: list) -> None:
         """Each token gets the step that made it, `making` being those steps in order: one step
-        per token, unless speculative decoding made several in one step or the window lost the
-        earliest, and then the tokens go without times rather than with wrong ones."""
-        if len(making) != len(self.token_ids):
+        per token (after the handed-off ones, on a PD decode instance), unless speculative
+        decoding made several in one step or the window lost the earliest, and then the tokens go
+        without times rather than with wrong ones."""
+        h = self.handoff
+        if len(making) + h != len(self.token_ids):
             return
-        self.token_iterations = [s.iteration_id for s in making]
-        self.scheduled_ns = [s.start_ns for s in making]
-        self.emitted_ns = [s.end_ns for s in making]
-        if making:
+        # Handed-off tokens were made on the prefill instance: no step here (iteration 0, not
+        # known), there when the KV cache arrived.
+        self.token_iterations = [0] * h + [s.iteration_id for s in making]
+        self.scheduled_ns = [self.handoff_ns] * h + [s.start_ns for s in making]
+        self.emitted_ns = [self.handoff_ns] * h + [s.end_ns for s in making]
+        if h:
+            self.first_token_ns = self.handoff_ns
+        elif making:
             self.first_token_ns = making[0].end_ns
 
 

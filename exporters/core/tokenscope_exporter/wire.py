@@ -233,6 +233,10 @@ def request(r) -> bytes:
         aggressor, recompute_tokens = more if more else ("", 0)
         p = uint(1, at) + uint(2, resumed) + uint(3, int(recompute)) + string(4, aggressor) + uint(5, recompute_tokens)
         out.append(message(14, p))
+    if r.kv_transfer is not None:
+        start, end, *size = r.kv_transfer  # (start, end[, bytes, blocks])
+        nbytes, blocks = size if size else (0, 0)
+        out.append(message(15, uint(1, start) + uint(2, end) + uint(3, nbytes) + uint(4, blocks)))
     out.append(message(16, _sampling(r.sampling)))
     out.append(message(17, _tokens(r)))
     out.append(string(18, r.lora_adapter))

@@ -29,6 +29,8 @@ from sglang.srt.sampling.sampling_params import SamplingParams
 
 EOS = 2
 CHUNK = 256
+# The first token of a PD request, made on the prefill instance.
+HANDOFF = 77
 TARGET = "sglang.srt.managers.scheduler.Scheduler"
 
 
@@ -60,6 +62,8 @@ def _run_batch(self, batch, *args, **kwargs):
 
 
 def _process_batch_result(self, batch, result):
+    if batch.forward_mode.is_prebuilt():
+        return  # PD decode taking in transferred KV: nothing computed, no token
     for req in batch.reqs:
         if req.inflight_middle_chunks > 0:
             req.inflight_middle_chunks -= 1
@@ -182,7 +186,10 @@ def drive(
             if in_flight is not None:
                 _process(s, *in_flight, running, run)
             return run
-        batch = _prefill_batch(s, running, chunked, done_prefill, mixed_from is not None and n >= mixed_from)
+        if s.disaggregation_mode == DisaggregationMode.DECODE:
+            batch = _prebuilt_batch(s)
+        else:
+            batch = _prefill_batch(s, running, chunked, done_prefill, mixed_from is not None and n >= mixed_from)
         if batch is None and running:
             _retract_if_full(s, running, run)
             batch = ScheduleBatch(reqs=list(running), forward_mode=ForwardMode.DECODE)
@@ -197,7 +204,8 @@ def drive(
             continue
         chunked = batch.chunked_req
         s.running_batch = ScheduleBatch(reqs=list(running))
-        run.steps.append(_composition(batch))
+        if not batch.forward_mode.is_prebuilt():
+            run.steps.append(_composition(batch))
         result = s.run_batch(batch)
         # Requests whose prompt is done decode from the next step on.
         for req in batch.reqs:
@@ -271,6 +279,23 @@ def _prefill_batch(s, running, chunked, done_prefill, mixed):
         chunked_req=next_chunked,
         decoding_reqs=decoding,
     )
+
+
+def _prebuilt_batch(s):
+    """PD decode, as SGLang's decode queues do: the waiting requests' KV cache "arrives" from
+    the prefill instance (a 50 ms transfer, timed in their `time_stats` on `perf_counter`'s clock),
+    their first token with it, appended outside any step; then a PREBUILT pass takes them in."""
+    reqs = list(s.waiting_queue)
+    if not reqs:
+        return None
+    now = time.perf_counter()
+    for req in reqs:
+        s.waiting_queue.remove(req)
+        req.time_stats.decode_transfer_queue_entry_time = now - 0.05
+        req.time_stats.decode_prebuilt_finish_time = now
+        req.output_ids.append(HANDOFF)
+        s.kv[req.rid] = len(req.origin_input_ids) + 1
+    return ScheduleBatch(reqs=reqs, forward_mode=ForwardMode.PREBUILT)
 
 
 def _retract_if_full(s, running, run) -> None:

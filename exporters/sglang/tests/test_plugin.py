@@ -184,6 +184,31 @@ def test_diagnosis_names_the_long_prompt(scenario):
     assert victims, "no short request was found held back by the long prompt's prefill"
 
 
+def test_a_pd_decode_part_finishes_with_its_handoff_token(plugins):
+    """On a PD decode instance each request's first token comes with its KV cache from the
+    prefill instance, appended by SGLang outside any step: the part still finishes when its last
+    step does, the handed-off token first (no step here), and the transfer is a stage."""
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+
+    instance = f"sglang-pd-decode-{os.getpid()}-{time.time_ns()}"
+    start(instance, GRPC)
+    s = engine.make_scheduler()
+    s.disaggregation_mode = DisaggregationMode.DECODE
+    run = engine.serve(s, {0: [engine.make_request("pd-1", 300, 12)], 3: [engine.make_request("pd-2", 200, 8)]})
+    stats = exporter(s).stats()
+    assert stats["sent_requests"] == 2 and stats["record_errors"] == 0, stats
+    for rid, n in (("pd-1", 12), ("pd-2", 8)):
+        d = api(f"/api/v1/requests/{rid}", instance=instance)
+        assert d["role"] == "decode"
+        assert [t["token_id"] for t in d["tokens"]] == run.tokens[rid] and len(run.tokens[rid]) == n, d["tokens"]
+        first, rest = d["tokens"][0], d["tokens"][1:]
+        assert first["token_id"] == engine.HANDOFF and first["iteration"] is None, first
+        assert all(t["iteration"] for t in rest) and all(t["emitted_ns"] for t in d["tokens"]), d["tokens"]
+        assert d["ttft_ms"] is not None
+        kv = [st for st in d["stages"] if st["kind"] == "kv_transfer"]
+        assert len(kv) == 1 and 45 <= (kv[0]["end_ns"] - kv[0]["start_ns"]) / 1e6 <= 80, d["stages"]
+
+
 def test_a_tokenscope_that_is_down_costs_drops_not_the_engine(plugins):
     start("nowhere", "127.0.0.1:9")
     s = engine.make_scheduler()

@@ -94,6 +94,8 @@ class Recorder:
     def __init__(self, texts: Texts | None = None) -> None:
         self.texts = texts or Texts()
         self.records: dict[str, Record] = {}
+        # SGLang times stages on `perf_counter`: this moves its times onto the wall clock.
+        self.perf_to_wall_ns = time.time_ns() - time.perf_counter_ns()
         # Batch entries name requests by reference into the export's ids; the exporter takes
         # them as it sends.
         self.refs = RequestRefs()
@@ -157,8 +159,11 @@ class Recorder:
         kv_usage: float,
     ) -> None:
         """A step started: who runs in it and what each computes."""
-        if not reqs or mode is None or mode.is_idle() or mode.is_prebuilt():
-            return  # nothing computed (an idle pass, or PD decode taking in transferred KV)
+        if mode is not None and mode.is_prebuilt():
+            self._handed_off(reqs, start_ns)
+            return
+        if not reqs or mode is None or mode.is_idle():
+            return  # nothing computed
         it = self.next_iteration
         self.next_iteration += 1
         if mode.is_decode() or mode.is_target_verify():
@@ -253,10 +258,21 @@ class Recorder:
         """`r`'s request has finished by now, as SGLang holds it; it is done here once the step
         that made its last token has ended. (This thread may run behind the scheduler: the
         request may have finished in a step whose output this thread has not yet seen.)"""
-        n = len(r.req.output_ids)
+        n = len(r.req.output_ids) - r.handoff
         making = self.window.making(r)
         if len(making) >= n:
             self._finish(r, making[:n], at_ns)
+
+    def _handed_off(self, reqs, at_ns: int) -> None:
+        """PD decode: requests whose KV cache arrived from the prefill instance join the batch
+        (SGLang's PREBUILT pass, which computes nothing), each with its first token, made there and
+        appended by SGLang outside any step here: one (`decode.py` commits one output id per
+        transfer; its output ids are not read here, where the engine has moved on since)."""
+        for req in reqs:
+            r = self.records.get(req.rid)
+            if r is not None and not r.first_scheduled_ns:
+                r.handoff, r.handoff_ns = 1, at_ns
+                r.first_scheduled_ns, r.first_iteration = at_ns, self.next_iteration
 
     def _sweep(self, iteration_id: int, now_ns: int) -> None:
         """Finished requests no step finished: aborted while they waited, or whose tokens came
@@ -283,8 +299,19 @@ class Recorder:
         if n and type(reason).__name__ == "FINISH_MATCHED_TOKEN":
             r.special = [0] * (n - 1) + [1]  # stopped by EOS or a stop token: the last one
         r.prefix = self._prefix(r, req)
+        r.kv_transfer = self._kv_transfer(req)
         r.close(making, at_ns, self.texts)
         self.requests_out.append(wire.request(r))
+
+    def _kv_transfer(self, req):
+        """PD decode: the KV cache's transfer from the prefill instance, as SGLang timed it (its
+        `time_stats`, on `perf_counter`'s clock: moved onto the wall clock here)."""
+        ts = getattr(req, "time_stats", None)
+        start = getattr(ts, "decode_transfer_queue_entry_time", 0.0) or 0.0
+        end = getattr(ts, "decode_prebuilt_finish_time", 0.0) or 0.0
+        if not start or end < start:
+            return None
+        return (self.perf_to_wall_ns + int(start * 1e9), self.perf_to_wall_ns + int(end * 1e9))
 
     @staticmethod
     def _prefix(r: Record, req):

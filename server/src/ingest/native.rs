@@ -332,7 +332,10 @@ fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
             scheduled_ns: scheduled.as_ref().map(|e| e[i]),
             batch_size: batch_size.as_ref().map(|b| b[i]),
             waiting: waiting.as_ref().map(|w| w[i]),
-            iteration: iteration.as_ref().map(|it| it[i]),
+            // 0: not known (a PD decode part's first token, made on the prefill instance).
+            iteration: iteration
+                .as_ref()
+                .and_then(|it| (it[i] != 0).then_some(it[i])),
             logprob: logprob.as_ref().map(|l| l[i]),
             rank: rank.as_ref().and_then(|r| (r[i] != 0).then_some(r[i])),
             text: texts.as_mut().and_then(Iterator::next),
