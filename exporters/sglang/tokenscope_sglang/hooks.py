@@ -95,7 +95,9 @@ def _event_loop(original, self, *args, **kwargs):
         return original(self, *args, **kwargs)
     finally:
         # What is buffered is sent, for at most a second whatever the endpoint does.
-        _exporter_of(self).close(timeout_s=SHUTDOWN_S)
+        ts = self.__dict__.get("_tokenscope")
+        if ts is not None:
+            ts.close(timeout_s=SHUTDOWN_S)
 
 
 def _launched_event(self, batch, start_ns: int) -> tuple:

@@ -146,7 +146,9 @@ class _Tracing:
         # Called only when vLLM evicts a request, from inside `schedule()`, whose local `request`
         # is then the one it is making room for: read from its frame (there is no other way to
         # learn it without changing vLLM); a vLLM that names it otherwise leaves it unknown.
-        computed = request.num_computed_tokens  # vLLM sets it to 0: all of it is computed again
+        # Read before vLLM resets it to 0 (all of it is computed again); read so that it cannot
+        # raise, as this runs before vLLM's own method.
+        computed = getattr(request, "num_computed_tokens", 0)
         out = super()._preempt_request(request, *args, **kwargs)
         ts = self.tokenscope
         if ts.on:
