@@ -175,3 +175,43 @@ def test_shutdown_with_a_black_holed_endpoint_takes_a_second_at_most():
         assert not ts._thread.is_alive()
     finally:
         hole.close()
+
+
+class _Failing:
+    """A recorder that fails on the events that say so, as one would on an engine that changed
+    under it."""
+
+    def step(self, fails: bool):
+        if fails:
+            raise AttributeError("'SchedulerOutput' object has no attribute 'num_scheduled_tokens'")
+
+    def take(self):
+        return [], []
+
+
+def _exporter(recorder, **kwargs):
+    from tokenscope_exporter import Exporter
+
+    return Exporter("127.0.0.1:9", b"", recorder, poll_interval_s=0.01, **kwargs)
+
+
+def test_a_recorder_failing_on_most_events_turns_recording_off():
+    e = _exporter(_Failing(), max_record_errors=50)
+    for _ in range(60):
+        e.push(("step", True))
+    e._thread.join(2)
+    assert not e.on and e.stats()["record_errors"] == 50, e.stats()
+    assert "recorder failed on 50 events" in e.off_reason
+    e.push(("step", True))
+    assert len(e.events) == 0 and e.recorder is None  # nothing more is kept
+
+
+def test_a_recorder_failing_now_and_then_keeps_recording():
+    e = _exporter(_Failing(), max_record_errors=5)
+    for k in range(2000):
+        e.push(("step", k % 200 == 0))  # 10 failures in 2,000 events: 0.5 %
+        if k % 100 == 0:
+            e.flush(timeout_s=2)
+    e.flush(timeout_s=2)
+    assert e.on and e.stats()["record_errors"] >= 5, (e.off_reason, e.stats())
+    e.close()
