@@ -82,18 +82,25 @@ ensure_vllm() {
     "vLLM for the exporter's tests (about 9.5 GB and 6 min, once)"
 }
 
+# venv_over_vllm DIR: a new venv that borrows every package of the vLLM venv (a .pth file);
+# what is installed into it comes first.
+venv_over_vllm() {
+  local venv="$1" site
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  "$VLLM_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/vllm-venv.pth"
+}
+
 # The newest vLLM release, in a venv that borrows the rest from the pinned one's (a .pth file):
 # the plugin is tested on both (exporters/vllm/requirements-next.txt says why that is enough).
 VLLM_NEXT_VENV="${TOKENSCOPE_VLLM_NEXT_VENV:-$CARGO_TARGET_DIR/vllm-next-venv}"
 ensure_vllm_next() {
   ensure_vllm
-  local req="$ROOT/exporters/vllm/requirements-next.txt" site
+  local req="$ROOT/exporters/vllm/requirements-next.txt"
   if [ ! -f "$VLLM_NEXT_VENV/.installed" ] || ! cmp -s "$req" "$VLLM_NEXT_VENV/.installed"; then
     log "installing the newest vLLM for the exporter's tests (venv in $VLLM_NEXT_VENV, over the pinned one's)"
-    rm -rf "$VLLM_NEXT_VENV"
-    python3 -m venv "$VLLM_NEXT_VENV"
-    site="$("$VLLM_NEXT_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-    "$VLLM_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/vllm-venv.pth"
+    venv_over_vllm "$VLLM_NEXT_VENV"
     "$VLLM_NEXT_VENV/bin/pip" install -q --no-deps -r "$req"
     cp "$req" "$VLLM_NEXT_VENV/.installed"
   fi
@@ -106,13 +113,10 @@ ensure_vllm_next() {
 SGLANG_VENV="${TOKENSCOPE_SGLANG_VENV:-$CARGO_TARGET_DIR/sglang-venv}"
 ensure_sglang() {
   ensure_vllm
-  local req="$ROOT/exporters/sglang/requirements-test.txt" site
+  local req="$ROOT/exporters/sglang/requirements-test.txt"
   if [ ! -f "$SGLANG_VENV/.installed" ] || ! cmp -s "$req" "$SGLANG_VENV/.installed"; then
     log "installing SGLang for the exporter's tests (venv in $SGLANG_VENV, over the vLLM venv's torch)"
-    rm -rf "$SGLANG_VENV"
-    python3 -m venv "$SGLANG_VENV"
-    site="$("$SGLANG_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-    "$VLLM_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/vllm-venv.pth"
+    venv_over_vllm "$SGLANG_VENV"
     "$SGLANG_VENV/bin/pip" install -q --no-deps sglang=="$(sed -n 's/^sglang==//p' "$req")"
     # pip lists every pin of SGLang's that the borrowed packages do not match: kept in a log.
     grep -v '^sglang==' "$req" | "$SGLANG_VENV/bin/pip" install -q -r /dev/stdin 2>"$SGLANG_VENV/pip.log" ||
