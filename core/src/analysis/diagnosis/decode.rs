@@ -53,8 +53,7 @@ impl Stalls {
                 .preemptions
                 .iter()
                 .any(|p| p.at_ns < to && p.resumed_ns.unwrap_or(r.finished_ns) > from);
-            let mut gap = s.shares.fresh();
-            gap.add(&r.request_id, from, to, ctx);
+            let gap = s.shares.window(&r.request_id, from, to, ctx);
             if gap.prefill() > 0 && gap.prefill() * 2 >= to - from {
                 s.explained += to - from;
                 s.explained_gaps += 1;
@@ -71,7 +70,7 @@ impl Stalls {
         self.explained > 0 && self.explained * 2 >= self.stalled
     }
 
-    /// `; 1 more gap (50.0 ms) is not explained by any prefill`, when some are not.
+    /// ` (1 more gap of 60.0 ms in all no prefill explains)`, when some are not explained.
     fn rest(&self) -> String {
         match self.gaps - self.explained_gaps {
             0 => String::new(),

@@ -199,13 +199,16 @@ impl Shares {
         }
     }
 
-    /// An empty tally for another window of the same request and context (it keeps the
-    /// decode-only step time found once).
-    pub fn fresh(&self) -> Self {
-        Shares {
+    /// The tally of one more window of the same request and context, apart (to be merged or
+    /// not): it uses, and fills, the decode-only step time this tally finds once.
+    pub fn window(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) -> Self {
+        let mut w = Shares {
             decode_only: self.decode_only,
             ..Shares::default()
-        }
+        };
+        w.add(victim, from, to, ctx);
+        self.decode_only = w.decode_only;
+        w
     }
 
     /// Adds another window's tally to this one.
