@@ -28,6 +28,11 @@ log = logging.getLogger("tokenscope_exporter")
 EXPORT_METHOD = "/tokenscope.v1.TraceIngest/Export"
 
 
+def _worth_logging(errors: int) -> bool:
+    """Failures are logged sparingly: the 1st, 10th, 100th, then every 10,000th."""
+    return errors in (1, 10, 100) or errors % 10000 == 0
+
+
 class Exporter:
     """One per scheduler. `push` is the only method the scheduler's thread calls."""
 
@@ -162,7 +167,7 @@ class Exporter:
         except Exception:
             self.export_errors += 1
             self._pending_requests, self._pending_iterations, self._pending_bytes = [], [], 0
-            if self.export_errors in (1, 10, 100) or self.export_errors % 10000 == 0:
+            if _worth_logging(self.export_errors):
                 log.exception("tokenscope: the exporter failed (%d so far); it goes on", self.export_errors)
 
     def _drain(self) -> bool:
@@ -183,7 +188,7 @@ class Exporter:
                 handle(*args)
             except Exception as e:  # an engine change must not take the engine down with us
                 self.record_errors += 1
-                if self.record_errors in (1, 10, 100) or self.record_errors % 10000 == 0:
+                if _worth_logging(self.record_errors):
                     log.exception("tokenscope: could not record a %s event (%d so far)", kind, self.record_errors)
                 if self.record_errors >= self.max_record_errors and self.record_errors * 100 > self.recorded_events + n:
                     self._turn_off(f"the recorder failed on {self.record_errors} events, the last: {kind}: {e}")
@@ -213,7 +218,7 @@ class Exporter:
             self.export_errors += 1
             self.dropped_requests += len(requests)
             self.dropped_iterations += len(iterations)
-            if self.export_errors in (1, 10, 100) or self.export_errors % 10000 == 0:
+            if _worth_logging(self.export_errors):
                 log.exception("tokenscope: could not encode an export (%d so far); it goes on", self.export_errors)
             return
         timeout = self.timeout_s

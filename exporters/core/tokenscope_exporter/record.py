@@ -63,7 +63,8 @@ class RequestRecord:
     cached_tokens: int = 0
     # (start, end, tokens, iteration id) of each prefill chunk.
     chunks: list = field(default_factory=list)
-    # (preempted at, resumed at, recompute[, aggressor id, tokens to recompute]) of each preemption.
+    # (preempted at, resumed at, recompute, the request it made room for or "", the tokens it
+    # will compute again or 0) of each preemption.
     preemptions: list = field(default_factory=list)
     # The LoRA adapter's name, the priority asked for, the tenant ("" / None: not known).
     lora_adapter: str = ""

@@ -228,15 +228,12 @@ def request(r) -> bytes:
     ]
     for start, end, tokens, iteration_id in r.chunks:
         out.append(message(13, uint(1, start) + uint(2, end) + uint(3, tokens) + uint(4, iteration_id)))
-    for at, resumed, recompute, *more in r.preemptions:
-        # (…, the request it made room for, the tokens it will compute again) when known.
-        aggressor, recompute_tokens = more if more else ("", 0)
+    for at, resumed, recompute, aggressor, recompute_tokens in r.preemptions:
         p = uint(1, at) + uint(2, resumed) + uint(3, int(recompute)) + string(4, aggressor) + uint(5, recompute_tokens)
         out.append(message(14, p))
     if r.kv_transfer is not None:
-        start, end, *size = r.kv_transfer  # (start, end[, bytes, blocks])
-        nbytes, blocks = size if size else (0, 0)
-        out.append(message(15, uint(1, start) + uint(2, end) + uint(3, nbytes) + uint(4, blocks)))
+        start, end = r.kv_transfer
+        out.append(message(15, uint(1, start) + uint(2, end)))
     out.append(message(16, _sampling(r.sampling)))
     out.append(message(17, _tokens(r)))
     out.append(string(18, r.lora_adapter))

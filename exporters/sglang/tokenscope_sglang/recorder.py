@@ -240,7 +240,7 @@ class Recorder:
                 r.cached_tokens = before  # the prefix cache's hit
             elif r.preempted_ns:
                 # SGLang frees a retracted request's KV and prefills prompt and output again.
-                r.preemptions.append((r.preempted_ns, start_ns, True))
+                r.preemptions.append((r.preempted_ns, start_ns, True, "", 0))
                 r.preempted_ns = 0
             entries.append(refs.entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
             prefills.append((r, tokens))
