@@ -34,3 +34,40 @@ def test_a_prefix_cache_is_encoded_as_trace_proto_says():
     body = wire.prefix_cache(96, 0, 32, 16, [1, (1 << 64) - 1], 9)
     # gpu_tokens=96, external_tokens=32, block_size=16, block_hashes packed fixed64, blocks=9.
     assert body == bytes([0x08, 96, 0x18, 32, 0x20, 16, 0x2A, 16]) + (1).to_bytes(8, "little") + b"\xff" * 8 + bytes([0x30, 9])
+
+
+def test_logprob_rows_of_several_widths_come_back_one_per_token_in_step_order():
+    """vLLM's logprob arrays are as wide as the batch's largest top-k: when a request asking
+    for more joins, the widths change; each token keeps its own row, in the order it was made."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tokenscope_vllm.recorder import Record, StepLogprobs
+
+    lp = StepLogprobs()
+    r = Record(request_id="r", arrival_ns=0, queued_ns=0, prompt_tokens=4, sampling=None)
+    lp.want(r)
+
+    def step(it: int, k: int, ids: list):
+        # Row i: the sampled token's logprob -it, then k candidates it*10 + j.
+        rows = len(ids)
+        arrays = SimpleNamespace(
+            logprob_token_ids=np.array([[it] + [it * 10 + j for j in range(k)]] * rows, dtype=np.int64),
+            logprobs=np.array([[-float(it)] + [-0.1 * j for j in range(k)]] * rows, dtype=np.float32),
+            sampled_token_ranks=np.full(rows, it, dtype=np.int64),
+        )
+        lp.add(it, ids, arrays)
+
+    step(1, 3, ["r", "other"])
+    step(2, 5, ["other", "r"])  # a top-5 request joined: wider rows
+    step(3, 3, ["r"])
+    lp.split()  # one export: the width-5 step's group comes after the width-3 one
+    step(4, 5, ["r", "other"])
+    lp.split()
+    making = [SimpleNamespace(iteration_id=it) for it in (1, 2, 3, 4)]
+    StepLogprobs.columns(r, making)
+    assert r.logprobs == [-1.0, -2.0, -3.0, -4.0]
+    assert r.ranks == [1, 2, 3, 4]
+    assert r.candidate_counts == [3, 5, 3, 5]
+    assert r.candidate_ids == [10, 11, 12, 20, 21, 22, 23, 24, 30, 31, 32, 40, 41, 42, 43, 44]

@@ -112,15 +112,19 @@ class StepLogprobs:
         self.steps.append((iteration_id, self._last_codes, lp.logprob_token_ids, lp.logprobs, lp.sampled_token_ranks))
 
     def split(self) -> None:
-        """Hands each live request its rows of the steps kept so far (one numpy sort for all)."""
+        """Hands each live request its rows of the steps kept so far: one numpy sort for all the
+        steps of a width (vLLM's arrays are as wide as the batch's largest top-k, which changes
+        as requests come and go)."""
         steps, self.steps = self.steps, []
-        if not steps:
-            return
+        by_width: dict[int, list] = {}
+        for s in steps:
+            by_width.setdefault(s[2].shape[1], []).append(s)
+        for group in by_width.values():
+            self._split(group)
+
+    def _split(self, steps: list) -> None:
         codes = np.concatenate([s[1] for s in steps])
         its = np.repeat(np.fromiter((s[0] for s in steps), np.int64, len(steps)), [len(s[1]) for s in steps])
-        width = max(s[2].shape[1] for s in steps)
-        if any(s[2].shape[1] != width for s in steps):
-            return  # a step with another top-k: left for the per-request path to miss (no logprobs)
         ids, lps = np.concatenate([s[2] for s in steps]), np.concatenate([s[3] for s in steps])
         ranks = np.concatenate([s[4] for s in steps])
         order = np.argsort(codes, kind="stable")
@@ -134,22 +138,32 @@ class StepLogprobs:
 
     @staticmethod
     def columns(r: Record, making: list) -> None:
-        """The request's logprob columns, one row per token: its rows of the steps that made them."""
-        if not r.lp_chunks:
-            return
-        its, ids, lps, ranks = (np.concatenate([c[k] for c in r.lp_chunks]) for k in range(4))
-        r.lp_chunks = []
+        """The request's logprob columns, one row per token in step order: its rows of the steps
+        that made them (rows of other widths in chunks of their own)."""
+        chunks, r.lp_chunks = r.lp_chunks, []
         made = np.fromiter((s.iteration_id for s in making), np.int64, len(making))
-        rows = np.isin(its, made)
-        if int(rows.sum()) != len(making) or len(np.unique(its[rows])) != len(making):
+        masks = [np.isin(c[0], made) for c in chunks]
+        its = np.concatenate([c[0][m] for c, m in zip(chunks, masks)])
+        if len(its) != len(making) or len(np.unique(its)) != len(making):
             return  # not one row per token (speculation, a lost step): no logprobs rather than wrong ones
-        ids, lps = ids[rows], lps[rows]
-        r.logprobs = lps[:, 0].tolist()
-        r.ranks = ranks[rows].tolist()
-        k = ids.shape[1] - 1
-        r.candidate_counts = [k] * len(making)
-        r.candidate_ids = ids[:, 1:].ravel().tolist()
-        r.candidate_logprobs = lps[:, 1:].ravel().tolist()
+        order = np.argsort(its, kind="stable")  # chunks of different widths interleave in time
+        r.ranks = np.concatenate([c[3][m] for c, m in zip(chunks, masks)])[order].tolist()
+        if len({c[1].shape[1] for c in chunks}) == 1:
+            ids = np.concatenate([c[1][m] for c, m in zip(chunks, masks)])[order]
+            lps = np.concatenate([c[2][m] for c, m in zip(chunks, masks)])[order]
+            r.logprobs = lps[:, 0].tolist()
+            r.candidate_counts = [ids.shape[1] - 1] * len(making)
+            r.candidate_ids = ids[:, 1:].ravel().tolist()
+            r.candidate_logprobs = lps[:, 1:].ravel().tolist()
+            return
+        # Rows of several widths (requests asking for different top-k came and went): row by row.
+        ids = [row for c, m in zip(chunks, masks) for row in c[1][m].tolist()]
+        lps = [row for c, m in zip(chunks, masks) for row in c[2][m].tolist()]
+        ids, lps = [ids[i] for i in order], [lps[i] for i in order]
+        r.logprobs = [row[0] for row in lps]
+        r.candidate_counts = [len(row) - 1 for row in ids]
+        r.candidate_ids = [t for row in ids for t in row[1:]]
+        r.candidate_logprobs = [x for row in lps for x in row[1:]]
 
 
 class Recorder:
@@ -265,23 +279,26 @@ class Recorder:
                 step.kv_cache_usage,
             )
         )
-        if not self.logprob_requests:
-            pass
-        elif logprobs is not None and req_ids is not None and getattr(logprobs, "cu_num_generated_tokens", None) is None:
-            self.lp.add(step.iteration_id, req_ids, logprobs)  # one token per row: kept whole
-        else:
-            # Several tokens to a request (speculation), or no batch arrays: vLLM's per-request slices.
-            records = self.records
-            for eco in outputs.values():
-                for o in eco.outputs:
-                    if o.new_logprobs is not None:
-                        r = records.get(o.request_id)
-                        if r is not None:
-                            self._logprobs(r, o.new_logprobs)
+        if self.logprob_requests:
+            self._keep_logprobs(step, outputs, logprobs, req_ids)
         for req_id in done:
             r = self.records.get(req_id)
             if r is not None:
                 self._finish(r, end_ns)
+
+    def _keep_logprobs(self, step: Step, outputs, logprobs, req_ids) -> None:
+        """A step's logprobs: the batch's arrays whole when each row is one token; otherwise
+        (speculation: several tokens to a request, or no batch arrays) vLLM's per-request slices."""
+        if logprobs is not None and req_ids is not None and getattr(logprobs, "cu_num_generated_tokens", None) is None:
+            self.lp.add(step.iteration_id, req_ids, logprobs)
+            return
+        records = self.records
+        for eco in outputs.values():
+            for o in eco.outputs:
+                if o.new_logprobs is not None:
+                    r = records.get(o.request_id)
+                    if r is not None:
+                        self._logprobs(r, o.new_logprobs)
 
     def finished(self, request_ids, at_ns: int) -> None:
         """Requests finished from outside the scheduler (a client went away, a stop string)."""
@@ -396,8 +413,7 @@ class Recorder:
         making = self.window.making(r)
         if sp is not None and sp.logprobs is not None:
             self.logprob_requests -= 1
-            if self.lp.steps:
-                self.lp.split()  # its latest rows are still in the steps' arrays
+            self.lp.split()  # its latest rows are still in the steps' arrays
             if r.lp_chunks and len(making) == n:
                 StepLogprobs.columns(r, making)
             self.lp.done(r)
