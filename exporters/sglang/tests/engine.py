@@ -14,6 +14,7 @@ with what tokenscope stored.
 
 from __future__ import annotations
 
+import os
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -107,6 +108,19 @@ def install_plugins() -> None:
     HookRegistry.register(f"{TARGET}.process_batch_result", _process_batch_result, HookType.REPLACE)
     HookRegistry.register(f"{TARGET}.run_event_loop", _event_loop, HookType.REPLACE)
     load_plugins()
+
+
+def start(instance: str, endpoint: str) -> None:
+    """The next exporter made sends as `instance` to `endpoint` (read when a hook first runs)."""
+    os.environ["TOKENSCOPE_ENDPOINT"] = endpoint
+    os.environ["TOKENSCOPE_INSTANCE"] = instance
+
+
+def exporter(s):
+    """The scheduler's exporter (None where it does not export)."""
+    from tokenscope_sglang.hooks import exporter_of
+
+    return exporter_of(s)
 
 
 def serve(s, arrivals: dict, **kwargs) -> Run:

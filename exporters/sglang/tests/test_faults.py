@@ -15,23 +15,8 @@ import pytest
 import engine
 
 
-@pytest.fixture(scope="module")
-def scheduler_cls():
-    engine.install_plugins()
-    from sglang.srt.managers.scheduler import Scheduler
-
-    return Scheduler
-
-
-def exporter(s):
-    from tokenscope_sglang.hooks import exporter_of
-
-    return exporter_of(s)
-
-
 def serving(instance: str, endpoint: str = "127.0.0.1:9"):
-    os.environ["TOKENSCOPE_ENDPOINT"] = endpoint
-    os.environ["TOKENSCOPE_INSTANCE"] = instance
+    engine.start(instance, endpoint)
     return engine.make_scheduler(decode_s=0.001)
 
 
@@ -44,9 +29,9 @@ def completes(run, prefix: str, n: int = 3, max_tokens: int = 8) -> None:
     assert {rid: len(t) for rid, t in run.tokens.items()} == {f"{prefix}-{i}": max_tokens for i in range(n)}
 
 
-def test_an_attribute_renamed_turns_recording_off_not_the_engine(scheduler_cls, caplog):
+def test_an_attribute_renamed_turns_recording_off_not_the_engine(plugins, caplog):
     s = serving("renamed")
-    ts = exporter(s)
+    ts = engine.exporter(s)
 
     # What an SGLang release that renamed the scheduler's `running_batch` looks like to the hook:
     # the engine's own code (here, the test's step loop) uses it under its new name.
@@ -56,7 +41,7 @@ def test_an_attribute_renamed_turns_recording_off_not_the_engine(scheduler_cls, 
     def keep(self, value):
         self.__dict__["renamed_batch"] = value
 
-    s.__class__ = type("Scheduler", (scheduler_cls,), {"running_batch": property(gone, keep)})
+    s.__class__ = type("Scheduler", (plugins,), {"running_batch": property(gone, keep)})
     with caplog.at_level(logging.ERROR, logger="tokenscope_exporter"):
         run = engine.serve(s, requests("renamed"))
     completes(run, "renamed")
@@ -69,7 +54,7 @@ def test_an_attribute_renamed_turns_recording_off_not_the_engine(scheduler_cls, 
     assert len(ts.events) == 0 and ts.recorder is None and not ts._thread.is_alive()
 
 
-def test_an_encoder_that_raises_costs_that_export_and_the_thread_goes_on(scheduler_cls, monkeypatch):
+def test_an_encoder_that_raises_costs_that_export_and_the_thread_goes_on(plugins, monkeypatch):
     from tokenscope_exporter import wire
 
     def raises(*args):
@@ -79,12 +64,12 @@ def test_an_encoder_that_raises_costs_that_export_and_the_thread_goes_on(schedul
     s = serving("encoder-raises")
     run = engine.serve(s, requests("enc"))
     completes(run, "enc")
-    stats = exporter(s).stats()
+    stats = engine.exporter(s).stats()
     assert stats["export_errors"] >= 1 and stats["dropped_requests"] == 3 and stats["sent_requests"] == 0, stats
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_an_exporter_thread_that_dies_stops_the_buffering(scheduler_cls):
+def test_an_exporter_thread_that_dies_stops_the_buffering(plugins):
     class Killed(BaseException):
         pass
 
@@ -92,7 +77,7 @@ def test_an_exporter_thread_that_dies_stops_the_buffering(scheduler_cls):
         raise Killed("the exporter thread was killed")
 
     s = serving("thread-dies")
-    ts = exporter(s)
+    ts = engine.exporter(s)
     ts._cycle = dies
     ts._thread.join(2)
     assert not ts._thread.is_alive()
@@ -102,7 +87,7 @@ def test_an_exporter_thread_that_dies_stops_the_buffering(scheduler_cls):
     assert "exporter thread stopped" in ts.off_reason
 
 
-def test_shutdown_with_a_black_holed_endpoint_takes_a_second_at_most(scheduler_cls):
+def test_shutdown_with_a_black_holed_endpoint_takes_a_second_at_most(plugins):
     # Accepted by the kernel, never answered: every export waits for its timeout.
     hole = socket.socket()
     hole.bind(("127.0.0.1", 0))
@@ -110,7 +95,7 @@ def test_shutdown_with_a_black_holed_endpoint_takes_a_second_at_most(scheduler_c
     try:
         os.environ["TOKENSCOPE_FLUSH_INTERVAL_S"] = "0"
         s = serving("black-hole", f"127.0.0.1:{hole.getsockname()[1]}")
-        ts = exporter(s)
+        ts = engine.exporter(s)
         del os.environ["TOKENSCOPE_FLUSH_INTERVAL_S"]
         run = engine.serve(s, requests("hole", max_tokens=60))
         took = time.monotonic() - s.loop_ended

@@ -28,25 +28,6 @@ def api(path: str, **params) -> dict:
         return json.load(r)
 
 
-@pytest.fixture(scope="module")
-def plugins():
-    engine.install_plugins()
-    from sglang.srt.managers.scheduler import Scheduler
-
-    return Scheduler
-
-
-def exporter(s):
-    from tokenscope_sglang.hooks import exporter_of
-
-    return exporter_of(s)
-
-
-def start(instance: str, endpoint: str) -> None:
-    os.environ["TOKENSCOPE_ENDPOINT"] = endpoint
-    os.environ["TOKENSCOPE_INSTANCE"] = instance
-
-
 @pytest.fixture(scope="module", params=["normal", "overlap"])
 def scenario(plugins, request):
     """Four short requests decoding; a 1,200-token prompt prefilled in 256-token chunks that hold
@@ -55,7 +36,7 @@ def scenario(plugins, request):
     SGLang's normal event loop and under its overlap scheduler (its default), where each step's
     output is processed after the next step has been launched."""
     instance = f"sglang-{request.param}-{os.getpid()}-{time.time_ns()}"
-    start(instance, GRPC)
+    engine.start(instance, GRPC)
     s = engine.make_scheduler(kv_tokens=1400, eos_after={"short-1": 12})
     shorts = [engine.make_request(f"short-{i}", 40, 120, logprobs=3 if i == 0 else 0) for i in range(4)]
     arrivals = {
@@ -66,7 +47,7 @@ def scenario(plugins, request):
     }
     run = engine.serve(s, arrivals, mixed_from=14, overlap=request.param == "overlap", aborts={8: "gone"})
     # No flush here: the plugin sends what it holds when the event loop returns.
-    return instance, run, exporter(s).stats()
+    return instance, run, engine.exporter(s).stats()
 
 
 def test_sglangs_loader_applies_the_hooks(plugins):
@@ -191,11 +172,11 @@ def test_a_pd_decode_part_finishes_with_its_handoff_token(plugins):
     from sglang.srt.disaggregation.utils import DisaggregationMode
 
     instance = f"sglang-pd-decode-{os.getpid()}-{time.time_ns()}"
-    start(instance, GRPC)
+    engine.start(instance, GRPC)
     s = engine.make_scheduler()
     s.disaggregation_mode = DisaggregationMode.DECODE
     run = engine.serve(s, {0: [engine.make_request("pd-1", 300, 12)], 3: [engine.make_request("pd-2", 200, 8)]})
-    stats = exporter(s).stats()
+    stats = engine.exporter(s).stats()
     assert stats["sent_requests"] == 2 and stats["record_errors"] == 0, stats
     for rid, n in (("pd-1", 12), ("pd-2", 8)):
         d = api(f"/api/v1/requests/{rid}", instance=instance)
@@ -210,13 +191,13 @@ def test_a_pd_decode_part_finishes_with_its_handoff_token(plugins):
 
 
 def test_a_tokenscope_that_is_down_costs_drops_not_the_engine(plugins):
-    start("nowhere", "127.0.0.1:9")
+    engine.start("nowhere", "127.0.0.1:9")
     s = engine.make_scheduler()
     started = time.monotonic()
     run = engine.serve(s, {0: [engine.make_request("a", 30, 5)]})
     assert len(run.tokens["a"]) == 5
     assert time.monotonic() - started < 8, "a dead endpoint held up the engine's shutdown"
-    stats = exporter(s).stats()
+    stats = engine.exporter(s).stats()
     assert stats["sent_requests"] == 0 and stats["dropped_requests"] == 1, stats
 
 
@@ -225,8 +206,8 @@ def test_only_the_first_rank_of_a_group_exports(plugins):
 
     # Tensor-parallel ranks run the same steps as rank 0: they would send every step twice.
     with get_parallel().override(tp_size=2, attn_tp_size=2, tp_rank=1, attn_tp_rank=1):
-        assert exporter(engine.make_scheduler()) is None
+        assert engine.exporter(engine.make_scheduler()) is None
     with get_parallel().override(tp_size=2, attn_tp_size=2, tp_rank=0, attn_tp_rank=0):
-        ts = exporter(engine.make_scheduler())
+        ts = engine.exporter(engine.make_scheduler())
         assert ts is not None
         ts.close()
