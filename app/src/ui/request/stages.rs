@@ -99,9 +99,9 @@ fn aggressors(
 ) -> Option<impl IntoView + use<>> {
     let items: Vec<_> = stages
         .iter()
-        .filter(|s| s.kind == StageKind::Preempted && s.by.is_some())
-        .map(|s| {
-            let by = s.by.clone().unwrap_or_default();
+        .filter(|s| s.kind == StageKind::Preempted)
+        .filter_map(|s| Some((s, s.by.clone()?)))
+        .map(|(s, by)| {
             let name = if live {
                 view! { <a href=crate::links::request_href(instance, &by)>{by.clone()}</a> }
                     .into_any()
