@@ -409,7 +409,13 @@ impl Report {
         for e in expect {
             let row = self.rows.entry(e.label).or_default();
             row.expected += 1;
-            let found = d.findings.iter().find(|f| e.accept.contains(&f.cause));
+            // A cause can be about either phase (`engine_saturated` of the wait and of the
+            // decode): a first-token row takes a first-token finding, a decode row a decode one.
+            let found = d.findings.iter().find(|f| {
+                e.accept.contains(&f.cause)
+                    && (f.cause == Cause::KvPreempted
+                        || f.evidence.get("ttft_ms").is_some() == e.label.starts_with("TTFT"))
+            });
             let miss = match (found, &e.culprits) {
                 (None, _) => Some(format!(
                     "{}: found {:?}",

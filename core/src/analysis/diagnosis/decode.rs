@@ -39,7 +39,7 @@ impl Stalls {
             longest: (0, 0),
             explained: 0,
             explained_gaps: 0,
-            shares: Shares::default(),
+            shares: Shares::for_gaps(&times, ctx),
             unexplained_prefill: 0,
             preempted: false,
         };

@@ -9,6 +9,7 @@ mod decode;
 mod first_token;
 mod own;
 pub mod share;
+mod span_fit;
 mod words;
 
 use serde::{Deserialize, Serialize};

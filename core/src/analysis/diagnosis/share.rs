@@ -18,7 +18,9 @@
 //! hundreds.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use super::span_fit::{DecodeSteps, SpanFit};
 use super::{Context, duration, ms};
 use crate::model::{Iteration, Nanos, Phase};
 
@@ -32,49 +34,114 @@ const ATTENTION_EVEN_TOKENS: f64 = 40_000.0;
 
 /// The compute of a prefill chunk of `n` tokens after `offset` already computed, in units of
 /// one context-free token: the linear layers, and causal attention over everything before.
-fn chunk_cost(n: u32, offset: u32) -> f64 {
+pub(super) fn chunk_cost(n: u32, offset: u32) -> f64 {
     let (n, o) = (f64::from(n), f64::from(offset));
     n * (1.0 + (o + n / 2.0) / ATTENTION_EVEN_TOKENS)
 }
 
-/// What a step of decodes alone takes on this instance: the median of the steps without a
-/// prefill (none: unknown). A step's prefills cost it what it took beyond that.
-fn decode_only_ns(steps: &[Iteration]) -> Option<Nanos> {
-    let mut alone: Vec<Nanos> = steps
-        .iter()
-        .filter(|it| it.batch.iter().all(|e| e.phase != Phase::Prefill))
-        .filter(|it| !it.batch.is_empty())
-        .map(|it| it.end_ns - it.start_ns)
-        .collect();
-    if alone.len() < 3 {
-        return None;
-    }
-    let mid = alone.len() / 2;
-    Some(*alone.select_nth_unstable(mid).1)
+/// The context's steps as the engine spent its time on them: each step's own time (from the
+/// end of the step before it, when they overlap, to its end: with async scheduling a step starts
+/// before the previous one's output is out, and that part of its span is the other's), and what
+/// a step of decodes alone takes.
+#[derive(Debug)]
+struct StepTimes {
+    own: Vec<Nanos>,
+    decode_only: Option<DecodeOnly>,
 }
 
-/// The fraction of a step its prefills took: what the step took beyond its decodes alone
-/// (`decode_only`), or without that figure, the prefill tokens' share of the step's tokens.
-fn prefill_part(it: &Iteration, decode_only: Option<Nanos>) -> f64 {
-    let tokens = |phase: Option<Phase>| -> f64 {
-        it.batch
-            .iter()
-            .filter(|e| phase.is_none_or(|p| e.phase == p))
-            .map(|e| f64::from(e.tokens))
-            .sum()
-    };
-    let prefill = tokens(Some(Phase::Prefill));
-    if prefill == 0.0 {
-        return 0.0;
+impl StepTimes {
+    fn of(steps: &[Iteration]) -> Self {
+        let mut by_end: Vec<usize> = (0..steps.len()).collect();
+        by_end.sort_by_key(|&k| (steps[k].end_ns, steps[k].start_ns));
+        let mut own = vec![0; steps.len()];
+        let mut before = Nanos::MIN;
+        for k in by_end {
+            let it = &steps[k];
+            own[k] = (it.end_ns - it.start_ns.max(before)).max(1);
+            before = before.max(it.end_ns);
+        }
+        let decode_only = DecodeOnly::of(steps, &own);
+        StepTimes { own, decode_only }
     }
-    let took = (it.end_ns - it.start_ns).max(1) as f64;
-    let has_decodes = it.batch.iter().any(|e| e.phase != Phase::Prefill);
-    match decode_only {
-        Some(alone) if has_decodes => ((took - alone as f64) / took).clamp(0.0, 1.0),
-        // Prefills alone took the whole step (its fixed costs too: without them it would not
-        // have run).
-        Some(_) => 1.0,
-        None => prefill / tokens(None).max(1.0),
+
+    /// The fraction of step `k`'s own time its prefills took: what it took beyond its decodes
+    /// alone, or without that figure, the prefill tokens' share of the step's tokens.
+    fn prefill_part(&self, it: &Iteration, k: usize) -> f64 {
+        let tokens = |phase: Option<Phase>| -> f64 {
+            it.batch
+                .iter()
+                .filter(|e| phase.is_none_or(|p| e.phase == p))
+                .map(|e| f64::from(e.tokens))
+                .sum()
+        };
+        let prefill = tokens(Some(Phase::Prefill));
+        if prefill == 0.0 {
+            return 0.0;
+        }
+        let took = self.own[k] as f64;
+        let decodes = it
+            .batch
+            .iter()
+            .filter(|e| e.phase != Phase::Prefill)
+            .count();
+        match self.decode_only {
+            Some(alone) if decodes > 0 => ((took - alone.step_ns(decodes)) / took).clamp(0.0, 1.0),
+            // Prefills alone took the whole step (its fixed costs too: without them it would
+            // not have run).
+            Some(_) => 1.0,
+            None => prefill / tokens(None).max(1.0),
+        }
+    }
+}
+
+/// What a step of decodes alone takes on this instance, by how many requests it decodes: a
+/// line fitted (least squares) to the steps without a prefill, or their median when their batch
+/// sizes do not vary enough to fit one (fewer than three such steps: unknown). A decode step
+/// reads every request's KV cache, so a busy step's decodes cost more than a quiet one's; with
+/// the median alone, the prefills of busy steps were charged for their decodes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct DecodeOnly {
+    at_zero: f64,
+    per_request: f64,
+}
+
+impl DecodeOnly {
+    fn of(steps: &[Iteration], own: &[Nanos]) -> Option<Self> {
+        let alone: Vec<(f64, f64)> = steps
+            .iter()
+            .zip(own)
+            .filter(|(it, _)| !it.batch.is_empty())
+            .filter(|(it, _)| it.batch.iter().all(|e| e.phase != Phase::Prefill))
+            .map(|(it, &own)| (it.batch.len() as f64, own as f64))
+            .collect();
+        if alone.len() < 3 {
+            return None;
+        }
+        let n = alone.len() as f64;
+        let (mx, my) = alone
+            .iter()
+            .fold((0.0, 0.0), |(x, y), &(a, b)| (x + a / n, y + b / n));
+        let sxx: f64 = alone.iter().map(|&(x, _)| (x - mx) * (x - mx)).sum();
+        let sxy: f64 = alone.iter().map(|&(x, y)| (x - mx) * (y - my)).sum();
+        let slope = if sxx > 0.0 { (sxy / sxx).max(0.0) } else { 0.0 };
+        if slope == 0.0 {
+            let mut t: Vec<f64> = alone.iter().map(|a| a.1).collect();
+            let mid = t.len() / 2;
+            let median = *t.select_nth_unstable_by(mid, f64::total_cmp).1;
+            return Some(DecodeOnly {
+                at_zero: median,
+                per_request: 0.0,
+            });
+        }
+        Some(DecodeOnly {
+            at_zero: my - slope * mx,
+            per_request: slope,
+        })
+    }
+
+    /// What a step decoding `decodes` requests would take alone.
+    fn step_ns(self, decodes: usize) -> f64 {
+        (self.at_zero + self.per_request * decodes as f64).max(0.0)
     }
 }
 
@@ -99,8 +166,10 @@ pub(super) struct Shares {
     /// The victim's own prompt's share, weighed the same way.
     pub own: Nanos,
     pub inferred: bool,
-    /// `decode_only_ns` of the context's steps, once: a decode's gaps are added one by one.
-    decode_only: Option<Option<Nanos>>,
+    /// The context's `StepTimes`, once: a decode's gaps are added one by one.
+    steps: Option<Arc<StepTimes>>,
+    /// Without steps: the other requests' prefill intervals, fitted once (`span_fit`).
+    fit: Option<Arc<SpanFit>>,
 }
 
 impl Shares {
@@ -119,24 +188,24 @@ impl Shares {
     }
 
     fn add_steps(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) {
-        let mut ended: Vec<&Iteration> = ctx
-            .iterations
-            .iter()
-            .filter(|it| it.end_ns > from && it.end_ns <= to)
+        let mut ended: Vec<usize> = (0..ctx.iterations.len())
+            .filter(|&k| ctx.iterations[k].end_ns > from && ctx.iterations[k].end_ns <= to)
             .collect();
-        ended.sort_by_key(|it| (it.end_ns, it.start_ns));
-        let decode_only = *self
-            .decode_only
-            .get_or_insert_with(|| decode_only_ns(ctx.iterations));
+        ended.sort_by_key(|&k| (ctx.iterations[k].end_ns, ctx.iterations[k].start_ns));
+        let times = self
+            .steps
+            .get_or_insert_with(|| Arc::new(StepTimes::of(ctx.iterations)))
+            .clone();
         let mut covered = from;
-        for it in ended {
+        for k in ended {
+            let it = &ctx.iterations[k];
             let overlap = (it.end_ns - it.start_ns.max(covered)).max(0);
             covered = covered.max(it.end_ns);
             if overlap == 0 {
                 continue;
             }
             let inside = overlap as f64 / (it.end_ns - it.start_ns).max(1) as f64;
-            let prefill_part = prefill_part(it, decode_only) * overlap as f64;
+            let prefill_part = times.prefill_part(it, k) * overlap as f64;
             let weight: f64 = it
                 .batch
                 .iter()
@@ -162,31 +231,16 @@ impl Shares {
     /// a short prompt prefilled beside a long one for a few steps had a fair part of those steps,
     /// not its tokens' part of the long prompt's.
     fn add_spans(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) {
-        let intervals: Vec<(Nanos, Nanos, u32, f64, &str)> = ctx
-            .others
-            .iter()
-            .flat_map(|o| {
-                o.prefill
-                    .iter()
-                    .filter(|&&(s, e, _)| e > from && s < to && e > s)
-                    .map(move |&(s, e, k)| {
-                        let rate = chunk_cost(k.max(1), 0) / (e - s) as f64;
-                        (s, e, k.max(1), rate, o.request_id.as_str())
-                    })
-            })
-            .collect();
-        let mut cuts: Vec<Nanos> = intervals
-            .iter()
-            .flat_map(|&(s, e, ..)| [s.max(from), e.min(to)])
-            .collect();
-        cuts.sort_unstable();
-        cuts.dedup();
-        for w in cuts.windows(2) {
-            let (a, b) = (w[0], w[1]);
-            let active: Vec<_> = intervals.iter().filter(|i| i.0 <= a && i.1 >= b).collect();
-            let weight: f64 = active.iter().map(|i| i.3).sum();
-            for &&(s, e, k, rate, id) in &active {
-                let held = ((b - a) as f64 * rate / weight) as Nanos;
+        let fit = self
+            .fit
+            .get_or_insert_with(|| Arc::new(SpanFit::new(ctx, DecodeSteps::default())))
+            .clone();
+        let part = fit.steps.prefill_part(from, to);
+        for (a, b, active) in fit.segments(from, to) {
+            let weight: f64 = active.iter().map(|i| i.intensity).sum();
+            for i in active {
+                let held = ((b - a) as f64 * part * i.intensity / weight) as Nanos;
+                let id = ctx.others[i.other].request_id.as_str();
                 if id == victim {
                     self.own += held;
                     continue;
@@ -194,8 +248,22 @@ impl Shares {
                 let slot = self.by.entry(id.to_string()).or_default();
                 slot.0 += held;
                 // Tokens by the part of its interval inside this segment.
-                slot.1 += (f64::from(k) * (b - a) as f64 / (e - s) as f64).round() as u64;
+                slot.1 += (f64::from(i.tokens) * (b - a) as f64 / (i.end - i.start) as f64).round()
+                    as u64;
             }
+        }
+    }
+
+    /// A tally for the gaps of a decode (`times`: its tokens' emission times). Without steps,
+    /// the gaps show what a step takes with no prefill beside it: only the rest of a gap is
+    /// weighed among the prefills in it.
+    pub fn for_gaps(times: &[Nanos], ctx: &Context) -> Self {
+        Shares {
+            fit: ctx
+                .iterations
+                .is_empty()
+                .then(|| Arc::new(SpanFit::new(ctx, DecodeSteps::of(times, ctx)))),
+            ..Shares::default()
         }
     }
 
@@ -203,11 +271,13 @@ impl Shares {
     /// not): it uses, and fills, the decode-only step time this tally finds once.
     pub fn window(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) -> Self {
         let mut w = Shares {
-            decode_only: self.decode_only,
+            steps: self.steps.clone(),
+            fit: self.fit.clone(),
             ..Shares::default()
         };
         w.add(victim, from, to, ctx);
-        self.decode_only = w.decode_only;
+        self.steps.clone_from(&w.steps);
+        self.fit.clone_from(&w.fit);
         w
     }
 
@@ -216,7 +286,8 @@ impl Shares {
         self.lost += other.lost;
         self.own += other.own;
         self.inferred |= other.inferred;
-        self.decode_only = self.decode_only.or(other.decode_only);
+        self.steps = self.steps.take().or(other.steps);
+        self.fit = self.fit.take().or(other.fit);
         for (id, (held, tokens)) in other.by {
             let slot = self.by.entry(id).or_default();
             slot.0 += held;
@@ -356,8 +427,10 @@ mod tests {
     #[test]
     fn a_short_prompt_beside_a_long_one_has_its_part_of_those_steps() {
         // A 40k-token prompt prefilled over 2 s; a 2k-token one beside it for 100 ms. By tokens
-        // the short one would have 2k / 42k of those 100 ms; it computed at 20k tokens/s, as
-        // much as the long one did then (40k over 2 s, each token dearer), so about half.
+        // the short one would have 2k / 42k of those 100 ms. The engine did 62,050 units of
+        // compute in the 2 s (40k tokens at 1.5 each, 2k at 1.025): the short prompt's 2,050
+        // needed 66 ms of it, all inside those 100 ms (spread evenly over their intervals, it
+        // would have had 40 ms, less than its own prompt takes).
         let others = [
             other("long", 40_000, 0, 2_000),
             other("short", 2_000, 500, 600),
@@ -370,7 +443,7 @@ mod tests {
         s.add("v", 0, 2_000 * MS, &ctx);
         let short = s.all().into_iter().find(|c| c.id == "short").unwrap();
         assert!(
-            (35 * MS..=55 * MS).contains(&short.held),
+            (65 * MS..=67 * MS).contains(&short.held),
             "{} ms",
             short.held / MS
         );
@@ -426,6 +499,82 @@ mod tests {
         assert_eq!(held["long"] / MS, 76);
         assert_eq!(held["short"] / MS, 13);
         assert_eq!(s.prefill() / MS, 89, "{} ns", s.prefill());
+    }
+
+    #[test]
+    fn a_busy_step_s_decodes_are_not_charged_to_its_prefill() {
+        use Phase::{Decode, Prefill};
+        let decodes = |n: usize| -> Vec<(&str, Phase, u32, u32)> {
+            (0..n).map(|_| ("d", Decode, 1, 0)).collect()
+        };
+        // Decodes alone: 10 requests take 10 ms a step, 50 take 20 ms, 90 take 30 ms (each
+        // request's KV cache is read every step).
+        let mut steps: Vec<Iteration> = [10, 50, 90, 10, 50, 90]
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| {
+                let t = k as i64 * 100;
+                step(k as u64, t, t + 10 + (n as i64 - 10) / 4, &decodes(n))
+            })
+            .collect();
+        // Then a 40 ms step of 90 decodes and one short prompt: the prompt added 10 ms. With
+        // the median of the decode-only steps (20 ms) it would be charged 20.
+        let mut batch = decodes(90);
+        batch.push(("p", Prefill, 500, 0));
+        steps.push(step(9, 1_000, 1_040, &batch));
+        let ctx = Context {
+            iterations: &steps,
+            others: &[],
+        };
+        let mut s = Shares::default();
+        s.add("v", 1_000 * MS, 1_040 * MS, &ctx);
+        assert_eq!(s.prefill() / MS, 10, "{} ns", s.prefill());
+    }
+
+    #[test]
+    fn an_async_step_s_own_time_starts_where_the_step_before_it_ended() {
+        use Phase::{Decode, Prefill};
+        let decodes = |n: usize| -> Vec<(&str, Phase, u32, u32)> {
+            (0..n).map(|_| ("d", Decode, 1, 0)).collect()
+        };
+        // Back-to-back 20 ms decode steps, each scheduled 8 ms before the one before it ended
+        // (async scheduling), then a step scheduled at 72 ms that ends at 130 with a prompt in
+        // it: the engine was on it from 80 ms, 50 ms, of which the decodes took 20.
+        let mut steps: Vec<Iteration> = (0..4)
+            .map(|k| {
+                let end = 20 + k as i64 * 20;
+                step(k, (end - 28).max(0), end, &decodes(50))
+            })
+            .collect();
+        let mut batch = decodes(50);
+        batch.push(("p", Prefill, 2_000, 0));
+        steps.push(step(9, 72, 130, &batch));
+        let ctx = Context {
+            iterations: &steps,
+            others: &[],
+        };
+        let mut s = Shares::default();
+        s.add("v", 80 * MS, 130 * MS, &ctx);
+        // Measured over the step's whole span (58 ms), the prompt would have had 38 / 58 of
+        // the 50 ms: 32.8 ms.
+        assert_eq!(s.prefill() / MS, 30, "{} ns", s.prefill());
+    }
+
+    #[test]
+    fn without_steps_a_gap_s_own_decode_is_not_charged_to_the_prompts_in_it() {
+        // The victim's tokens 20 ms apart, but one 60 ms gap in which a short prompt was
+        // prefilled: the prompt added 40 ms to that step, not 60.
+        let mut times: Vec<Nanos> = (0..10).map(|k| k * 20 * MS).collect();
+        times.extend((0..10).map(|k| (240 + k * 20) * MS));
+        let others = [other("p", 1_000, 180, 240)];
+        let ctx = Context {
+            iterations: &[],
+            others: &others,
+        };
+        let mut s = Shares::for_gaps(&times, &ctx);
+        let gap = s.window("v", 180 * MS, 240 * MS, &ctx);
+        assert_eq!(gap.prefill() / MS, 40, "{} ns", gap.prefill());
+        assert_eq!(gap.lost, 60 * MS);
     }
 
     #[test]
