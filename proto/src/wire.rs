@@ -240,6 +240,8 @@ fn iteration_to_wire<'a>(it: &'a model::Iteration, refs: &mut RequestRefs<'a>) -
                 } as i32,
                 tokens: e.tokens,
                 prefill_offset: e.prefill_offset,
+                draft_tokens: e.draft.map_or(0, |d| d.proposed),
+                accepted_tokens: e.draft.map_or(0, |d| d.accepted),
             })
             .collect(),
         running: it.running,

@@ -181,6 +181,7 @@ pub fn iterations_for(r: &RequestTrace, batch_size: u32, waiting: u32) -> Vec<It
                     phase: Phase::Decode,
                     tokens: 1,
                     prefill_offset: 0,
+                    draft: None,
                 })
                 .collect(),
             running: batch_size,
@@ -205,6 +206,7 @@ pub fn shared_iterations(group: &[RequestTrace], waiting: u32) -> Vec<Iteration>
                 phase: Phase::Decode,
                 tokens: 1,
                 prefill_offset: 0,
+                draft: None,
             })
             .collect();
         it.running = group.len() as u32;

@@ -373,6 +373,7 @@ mod tests {
                         phase: Phase::Decode,
                         tokens: 1,
                         prefill_offset: 0,
+                        draft: None,
                     }],
                     running: 1,
                     waiting: 0,

@@ -7,8 +7,8 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use tokenscope_core::model::{
-    BatchEntry, FinishReason, Iteration, Nanos, Phase, Preemption, PrefillChunk, RequestTrace,
-    Token,
+    BatchEntry, Draft, FinishReason, Iteration, Nanos, Phase, Preemption, PrefillChunk,
+    RequestTrace, Token,
 };
 
 use crate::Rng;
@@ -498,6 +498,7 @@ impl<'a> Engine<'a> {
                 phase: Phase::Prefill,
                 tokens: n,
                 prefill_offset: s.prefilled,
+                draft: None,
             });
             if s.generated == 0 {
                 s.chunks.push(PrefillChunk {
@@ -525,11 +526,17 @@ impl<'a> Engine<'a> {
             let s = &mut self.states[i];
             let n = (1 + accepted).min(s.req.output_tokens.saturating_sub(s.generated).max(1));
             s.first_scheduled.get_or_insert(now);
+            // It computed its token and every draft; it kept the accepted ones and the target
+            // model's own token after them.
             batch.push(BatchEntry {
                 request_id: s.batch_id.clone(),
                 phase: Phase::Decode,
-                tokens: n,
+                tokens: 1 + cfg.draft_tokens,
                 prefill_offset: 0,
+                draft: (cfg.draft_tokens > 0).then_some(Draft {
+                    proposed: cfg.draft_tokens,
+                    accepted: n - 1,
+                }),
             });
             for _ in 0..n {
                 s.generated += 1;

@@ -3,17 +3,23 @@
 //! Version 2 names each request by its key in `request_keys` (a varint) rather than by its id
 //! text: a batch may hold hundreds of requests every step and engine ids run to 40 bytes, so the
 //! text would cost more than the tokens themselves. Version 1 rows (ids inline) still decode.
+//!
+//! An entry is `key, phase code, tokens, prefill offset`; a phase code with [`DRAFTED`] set is
+//! followed by the speculative-decoding counts, `proposed, accepted` (no new version: a block
+//! without drafts is byte for byte what it was).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokenscope_core::model::{BatchEntry, Phase};
+use tokenscope_core::model::{BatchEntry, Draft, Phase};
 
 use super::bytes::{Reader, Writer};
 use crate::error::{Error, Result};
 
 const V1_IDS: u8 = 1;
 const V2_KEYS: u8 = 2;
+/// Set in an entry's phase code when draft counts follow it.
+const DRAFTED: u8 = 0x10;
 
 /// How a stored entry names its request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +35,7 @@ pub struct Stored {
     pub phase: Phase,
     pub tokens: u32,
     pub prefill_offset: u32,
+    pub draft: Option<Draft>,
 }
 
 /// Encodes a batch whose request ids all have keys in `keys` (the writer resolved them first).
@@ -44,9 +51,14 @@ pub fn encode<S: std::hash::BuildHasher>(
             .get(&*e.request_id)
             .ok_or_else(|| Error::Internal(format!("no request key for {:?}", e.request_id)))?;
         w.varint(*key as u64);
-        w.u8(phase_code(e.phase));
+        let drafted = if e.draft.is_some() { DRAFTED } else { 0 };
+        w.u8(phase_code(e.phase) | drafted);
         w.varint(e.tokens.into());
         w.varint(e.prefill_offset.into());
+        if let Some(d) = e.draft {
+            w.varint(d.proposed.into());
+            w.varint(d.accepted.into());
+        }
     }
     Ok(w.buf)
 }
@@ -73,15 +85,27 @@ pub fn decode(block: &[u8]) -> Result<Vec<Stored>> {
         } else {
             Who::Id(r.str()?)
         };
+        let code = r.u8()?;
+        let phase = match code & !DRAFTED {
+            1 => Phase::Prefill,
+            2 => Phase::Decode,
+            _ => return Err(corrupt()),
+        };
+        let (tokens, prefill_offset) = (r.u32()?, r.u32()?);
+        let draft = if code & DRAFTED != 0 {
+            Some(Draft {
+                proposed: r.u32()?,
+                accepted: r.u32()?,
+            })
+        } else {
+            None
+        };
         out.push(Stored {
             who,
-            phase: match r.u8()? {
-                1 => Phase::Prefill,
-                2 => Phase::Decode,
-                _ => return Err(corrupt()),
-            },
-            tokens: r.u32()?,
-            prefill_offset: r.u32()?,
+            phase,
+            tokens,
+            prefill_offset,
+            draft,
         });
     }
     Ok(out)
@@ -112,6 +136,7 @@ pub fn resolve(entries: Vec<Stored>, ids: &HashMap<i64, Arc<str>>) -> Result<Vec
                 phase: e.phase,
                 tokens: e.tokens,
                 prefill_offset: e.prefill_offset,
+                draft: e.draft,
             })
         })
         .collect()
@@ -128,12 +153,24 @@ mod tests {
                 phase: Phase::Prefill,
                 tokens: 2048,
                 prefill_offset: 4096,
+                draft: None,
             },
             BatchEntry {
                 request_id: "b".into(),
                 phase: Phase::Decode,
                 tokens: 1,
                 prefill_offset: 0,
+                draft: None,
+            },
+            BatchEntry {
+                request_id: "b".into(),
+                phase: Phase::Decode,
+                tokens: 5,
+                prefill_offset: 0,
+                draft: Some(Draft {
+                    proposed: 4,
+                    accepted: 3,
+                }),
             },
         ]
     }
@@ -145,10 +182,11 @@ mod tests {
             .into_iter()
             .collect();
         let block = encode(&batch, &keys).unwrap();
-        // Version, count, then 6 + 5 bytes of entries: the 39-byte id became a one-byte key.
-        assert_eq!(block.len(), 13);
+        // Version, count, then 6 + 5 + 7 bytes of entries: the 39-byte id became a one-byte key,
+        // and the drafted entry carries its two counts.
+        assert_eq!(block.len(), 20);
         let stored = decode(&block).unwrap();
-        assert_eq!(super::keys(&stored).collect::<Vec<_>>(), [7, 300]);
+        assert_eq!(super::keys(&stored).collect::<Vec<_>>(), [7, 300, 300]);
         let ids = keys_to_ids(&keys);
         assert_eq!(resolve(stored.clone(), &ids).unwrap(), batch);
         assert!(resolve(stored, &HashMap::new()).is_err(), "unknown key");
@@ -186,18 +224,22 @@ mod tests {
             #[test]
             fn every_batch_comes_back_through_its_keys(
                 raw in proptest::collection::vec(
-                    (0usize..50, any::<bool>(), any::<u32>(), any::<u32>()),
+                    (
+                        (0usize..50, any::<bool>(), any::<u32>(), any::<u32>()),
+                        proptest::option::of((any::<u32>(), any::<u32>())),
+                    ),
                     0..64,
                 ),
                 first_key in 0i64..(1 << 40),
             ) {
                 let batch: Vec<BatchEntry> = raw
                     .into_iter()
-                    .map(|(r, prefill, tokens, prefill_offset)| BatchEntry {
+                    .map(|((r, prefill, tokens, prefill_offset), draft)| BatchEntry {
                         request_id: format!("req-{r}").into(),
                         phase: if prefill { Phase::Prefill } else { Phase::Decode },
                         tokens,
                         prefill_offset,
+                        draft: draft.map(|(proposed, accepted)| Draft { proposed, accepted }),
                     })
                     .collect();
                 let keys: HashMap<String, i64> = (0..50)

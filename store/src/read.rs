@@ -398,24 +398,27 @@ impl Store {
                 r.arrival_ns - super::CLOCK_SLACK_NS..r.finished_ns.saturating_add(1),
             )
             .await?;
-        // Only steps that ran a prefill name requests; decode-only steps stay empty.
-        let prefills = rows
+        // Only the entries that name someone are looked up: prefills, and speculative entries
+        // (one of them may be the request's own).
+        let named = rows
             .iter()
             .map(|row| {
-                if row.step.prefill_tokens == 0 {
-                    return Ok(Vec::new());
-                }
                 Ok(batch_block::decode(&row.batch)?
                     .into_iter()
-                    .filter(|e| e.phase == Phase::Prefill)
+                    .filter(|e| e.phase == Phase::Prefill || e.draft.is_some())
                     .collect())
             })
             .collect::<Result<Vec<Vec<_>>>>()?;
-        let prefills = self.resolve_batches(prefills).await?;
+        let named = self.resolve_batches(named).await?;
         rows.into_iter()
-            .zip(prefills)
-            .map(|(row, prefill)| {
+            .zip(named)
+            .map(|(row, named)| {
                 let s = row.step;
+                let own_draft = named
+                    .iter()
+                    .find(|e| e.draft.is_some() && *e.request_id == *r.request_id)
+                    .and_then(|e| e.draft);
+                let prefill = named.into_iter().filter(|e| e.phase == Phase::Prefill);
                 Ok(StepLoad {
                     iteration_id: s.iteration_id as u64,
                     start_ns: s.start_ns,
@@ -424,10 +427,8 @@ impl Store {
                     waiting: count(s.waiting),
                     prefill_tokens: count(s.prefill_tokens),
                     decode_tokens: count(s.decode_tokens),
-                    prefill_requests: prefill
-                        .into_iter()
-                        .map(|e| e.request_id.to_string())
-                        .collect(),
+                    prefill_requests: prefill.map(|e| e.request_id.to_string()).collect(),
+                    own_draft,
                 })
             })
             .collect()

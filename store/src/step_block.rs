@@ -67,7 +67,7 @@ impl Step {
             kv_cache_usage: it.kv_cache_usage,
             batch_size: int(u32::try_from(it.batch.len()).unwrap_or(u32::MAX)),
             prefill_tokens: int(it.tokens_in(Phase::Prefill)),
-            decode_tokens: int(it.tokens_in(Phase::Decode)),
+            decode_tokens: int(it.decoded()),
         }
     }
 }

@@ -4,7 +4,7 @@ use crate::analysis::diagnosis::Thresholds;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 
-use crate::model::{Nanos, Rank, RequestTrace, SpecialToken, Token, ms};
+use crate::model::{Draft, Nanos, Rank, RequestTrace, SpecialToken, Token, ms};
 
 pub use crate::model::StepLoad;
 
@@ -55,6 +55,7 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
     let by_id: HashMap<u64, &StepLoad> = steps.iter().map(|s| (s.iteration_id, s)).collect();
     let first_token = r.first_token_at();
     let mut previous = None;
+    let mut in_step = 0u32;
     r.tokens
         .iter()
         .enumerate()
@@ -86,6 +87,15 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
                 flags.push("low_probability_eos".to_string());
             }
             let step = t.iteration.and_then(|id| by_id.get(&id).copied());
+            // The k-th of this request's tokens from one speculative step: its accepted drafts
+            // come first, the target model's own token last.
+            in_step = if i > 0 && t.iteration.is_some() && r.tokens[i - 1].iteration == t.iteration
+            {
+                in_step + 1
+            } else {
+                0
+            };
+            let draft = step.and_then(|s| s.own_draft);
             let (prefilled_meanwhile, prefill_tokens_meanwhile) = match (since, t.emitted_ns) {
                 (Some(from), Some(to)) => prefills_within(steps, from, to, &r.request_id),
                 _ => (Vec::new(), 0),
@@ -126,6 +136,8 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
                 compute_ms,
                 step_prefill_tokens: step.map(|s| s.prefill_tokens),
                 step_decode_tokens: step.map(|s| s.decode_tokens),
+                step_draft: draft,
+                accepted_draft: draft.map(|d| in_step < d.accepted),
                 step_prefill_requests: step
                     .map(|s| {
                         s.prefill_requests
@@ -187,6 +199,12 @@ pub struct TokenView {
     /// What else the producing step computed.
     pub step_prefill_tokens: Option<u32>,
     pub step_decode_tokens: Option<u32>,
+    /// Speculative decoding: the request's draft tokens in the producing step, and whether this
+    /// token was one of the accepted drafts (false: the target model sampled it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_draft: Option<Draft>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_draft: Option<bool>,
     /// Other requests that prefilled in the producing step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step_prefill_requests: Vec<String>,

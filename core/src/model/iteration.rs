@@ -24,6 +24,31 @@ pub struct BatchEntry {
     pub tokens: u32,
     /// Offset of this prefill chunk in the prompt (0 for decode and the first chunk).
     pub prefill_offset: u32,
+    /// Speculative decoding: the draft tokens this step verified for the request, and how many
+    /// it accepted. The step emitted `accepted + 1` tokens for it: the accepted drafts, then one
+    /// sampled by the target model (the correction at the first rejected draft, or the bonus
+    /// token when all were accepted). None: no speculation in this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<Draft>,
+}
+
+impl BatchEntry {
+    /// Tokens this entry decoded (gave the request): its accepted drafts and the target
+    /// model's token after them; without speculation, its tokens; a prefill chunk, none.
+    pub fn decoded(&self) -> u32 {
+        match (self.phase, self.draft) {
+            (Phase::Prefill, _) => 0,
+            (Phase::Decode, Some(d)) => d.accepted + 1,
+            (Phase::Decode, None) => self.tokens,
+        }
+    }
+}
+
+/// Draft tokens verified for one request in one step (`BatchEntry::draft`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Draft {
+    pub proposed: u32,
+    pub accepted: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -68,9 +93,18 @@ pub struct StepLoad {
     pub decode_tokens: u32,
     /// Other requests whose prefill ran in this step (the usual cause of a slow token).
     pub prefill_requests: Vec<String>,
+    /// The request's own draft tokens in this step (speculative decoding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_draft: Option<Draft>,
 }
 
 impl Iteration {
+    /// Tokens the step decoded for its requests (speculation: the ones they kept).
+    pub fn decoded(&self) -> u32 {
+        self.batch.iter().map(BatchEntry::decoded).sum()
+    }
+
+    /// Tokens the step computed in `phase` (speculation: drafts verified included).
     pub fn tokens_in(&self, phase: Phase) -> u32 {
         self.batch
             .iter()

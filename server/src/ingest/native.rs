@@ -1,7 +1,7 @@
 //! Adapter for tokenscope's own wire format (`proto/tokenscope/v1`, gRPC or proto3 JSON).
 
 use tokenscope_core::model::{
-    self, BatchEntry, Candidate, EngineKind, FinishReason, Iteration, KvTransfer, Phase,
+    self, BatchEntry, Candidate, Draft, EngineKind, FinishReason, Iteration, KvTransfer, Phase,
     Preemption, PrefillChunk, PrefixCache, RequestTrace, Resource, Role, SamplingParams, Served,
     SpecialToken, Token,
     validate::{self, FieldError},
@@ -375,11 +375,28 @@ fn iteration(it: v1::Iteration, ids: &[Arc<str>]) -> Result<Iteration, FieldErro
                     ));
                 }
             };
+            let draft = match (e.draft_tokens, e.accepted_tokens) {
+                (0, 0) => None,
+                (proposed, accepted) if accepted > proposed => {
+                    return Err(FieldError::new(
+                        format!("batch[{i}].accepted_tokens"),
+                        format!("{accepted} accepted of {proposed} draft tokens"),
+                    ));
+                }
+                _ if phase == Phase::Prefill => {
+                    return Err(FieldError::new(
+                        format!("batch[{i}].draft_tokens"),
+                        "draft tokens are verified in a DECODE entry, not a PREFILL one",
+                    ));
+                }
+                (proposed, accepted) => Some(Draft { proposed, accepted }),
+            };
             Ok(BatchEntry {
                 request_id,
                 phase,
                 tokens: e.tokens,
                 prefill_offset: e.prefill_offset,
+                draft,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -18,6 +18,7 @@ fn steps() -> Vec<Iteration> {
         phase,
         tokens,
         prefill_offset,
+        draft: None,
     };
     (0..6u32)
         .map(|k| Iteration {
@@ -130,15 +131,19 @@ async fn entries_by_reference_store_what_entries_by_id_store() {
 }
 
 #[tokio::test]
-async fn a_wrong_reference_refuses_its_iteration_and_names_the_field() {
+async fn a_wrong_reference_or_draft_count_refuses_its_iteration_and_names_the_field() {
     let app = spawn_app().await;
     let mut traces = to_wire(&fixtures::resource("gpu-0"), &[], &steps());
     traces.iterations[1].batch[0].request_ref = 4;
     traces.iterations[3].batch[1].request_id = "cmpl-decoding-0".into();
+    // Step 104's decode entry accepts more drafts than it had; step 105 drafts for a prefill.
+    traces.iterations[4].batch[1].draft_tokens = 2;
+    traces.iterations[4].batch[1].accepted_tokens = 3;
+    traces.iterations[5].batch[1].draft_tokens = 4;
     let reply = send(&app, traces).await;
     assert_eq!(
         (reply.accepted_iterations, reply.rejected_iterations),
-        (4, 2),
+        (2, 4),
         "the good steps are stored"
     );
     let got: Vec<_> = reply
@@ -158,6 +163,16 @@ async fn a_wrong_reference_refuses_its_iteration_and_names_the_field() {
                 "resource_traces[0].iterations[3] (iteration_id 103)",
                 "batch[1]",
                 "has both request_id and request_ref; set one"
+            ),
+            (
+                "resource_traces[0].iterations[4] (iteration_id 104)",
+                "batch[1].accepted_tokens",
+                "3 accepted of 2 draft tokens"
+            ),
+            (
+                "resource_traces[0].iterations[5] (iteration_id 105)",
+                "batch[1].draft_tokens",
+                "draft tokens are verified in a DECODE entry, not a PREFILL one"
             ),
         ]
     );

@@ -1,6 +1,7 @@
 //! Speculative decoding: a step that keeps several tokens of one request (its accepted drafts)
 //! still gives each token that step's time and the request its first-token time, so TTFT, TPOT,
-//! the token view, the lane's token counts and the diagnosis hold with speculation on.
+//! the token view, the lane's token counts and the diagnosis hold with speculation on; each
+//! token says whether it was an accepted draft.
 
 use crate::common;
 
@@ -29,6 +30,7 @@ async fn steps_that_keep_several_tokens_of_a_request_time_and_diagnose_it_right(
     app.send_sim(std::slice::from_ref(&run)).await;
 
     let mut multi = 0;
+    let (mut drafted, mut kept) = (0, 0);
     for r in &run.output.requests {
         let id = &r.request_id;
         let d = app
@@ -52,6 +54,36 @@ async fn steps_that_keep_several_tokens_of_a_request_time_and_diagnose_it_right(
                 assert_eq!(w[1]["latency_ms"].as_f64(), Some(0.0), "{id}: {:?}", w[1]);
             }
         }
+        // Each token says whether it was an accepted draft, as the engine's own steps kept them:
+        // the request's entry in each step gives its drafts and how many it accepted.
+        let entries: Vec<_> = run
+            .output
+            .iterations
+            .iter()
+            .flat_map(|it| &it.batch)
+            .filter(|e| *e.request_id == **id && e.draft.is_some())
+            .collect();
+        let accepted: u32 = entries.iter().map(|e| e.draft.unwrap().accepted).sum();
+        let flagged = |want: bool| {
+            tokens
+                .iter()
+                .filter(|t| t["accepted_draft"].as_bool() == Some(want))
+                .count()
+        };
+        assert_eq!(flagged(true), accepted as usize, "{id}");
+        assert_eq!(
+            flagged(false),
+            entries.len(),
+            "{id}: one target token a step"
+        );
+        assert!(
+            tokens[1..]
+                .iter()
+                .all(|t| t["step_draft"]["proposed"].as_u64() == Some(4)),
+            "{id}"
+        );
+        drafted += 4 * entries.len();
+        kept += accepted as usize;
         let dx = app
             .get_json(&format!("/api/v1/requests/{id}/diagnosis?instance=spec"))
             .await;
@@ -62,6 +94,9 @@ async fn steps_that_keep_several_tokens_of_a_request_time_and_diagnose_it_right(
         "speculation kept several tokens per step ({multi} pairs)"
     );
     assert!(steps < 6 * 120, "fewer steps ({steps}) than tokens");
+    // Acceptance about as configured (70 % a draft, stopping at the first rejection).
+    let rate = kept as f64 / drafted as f64;
+    assert!((0.3..0.7).contains(&rate), "acceptance {rate:.2}");
 
     // The lane counts the accepted tokens, not one per request per step.
     let (from, to) = (T0 - 1_000_000_000, T0 + 60_000_000_000);

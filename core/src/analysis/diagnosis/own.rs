@@ -246,6 +246,7 @@ mod tests {
                     phase,
                     tokens,
                     prefill_offset: 0,
+                    draft: None,
                 })
                 .collect(),
             running: batch.len() as u32,

@@ -462,6 +462,7 @@ mod tests {
                         phase,
                         tokens,
                         prefill_offset,
+                        draft: None,
                     },
                 )
                 .collect(),

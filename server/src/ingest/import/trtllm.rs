@@ -581,6 +581,7 @@ fn chunks(
             phase: Phase::Prefill,
             tokens,
             prefill_offset: 0,
+            draft: None,
         };
         note(
             iterations,
@@ -629,6 +630,7 @@ fn generated(
             phase: Phase::Decode,
             tokens: n,
             prefill_offset: 0,
+            draft: None,
         };
         note(
             iterations,
