@@ -110,10 +110,17 @@ class RequestRecord:
 
     def time_tokens(self, making: list) -> None:
         """Each token gets the step that made it, `making` being those steps in order: one step
-        per token (after the handed-off ones, on a PD decode instance), unless speculative
-        decoding made several in one step or the window lost the earliest, and then the tokens go
-        without times rather than with wrong ones."""
+        per token (after the handed-off ones, on a PD decode instance), or with speculative
+        decoding as many as the step says it made (`made`; the last step's may have been cut by
+        a stop or the length limit). When the steps do not add up (the window lost the earliest)
+        the tokens go without times rather than with wrong ones."""
         h = self.handoff
+        rid = self.request_id
+        if any(getattr(s, "made", None) for s in making):
+            making = [s for s in making for _ in range((s.made or {}).get(rid, 1))]
+            cut = len(making) + h - len(self.token_ids)
+            if 0 < cut and making[-1 - cut] is making[-1]:
+                del making[-cut:]
         if len(making) + h != len(self.token_ids):
             return
         # Handed-off tokens were made on the prefill instance: no step here (iteration 0, not

@@ -61,6 +61,6 @@ class RequestRefs:
             return batch
         self.renumbered += 1
         return b"".join(
-            wire.batch_entry(self.ref(ids[ref - 1]), phase, tokens, offset)
-            for ref, phase, tokens, offset in wire.read_batch(batch)
+            wire.batch_entry(self.ref(ids[ref - 1]), phase, tokens, offset, draft, accepted)
+            for ref, phase, tokens, offset, draft, accepted in wire.read_batch(batch)
         )

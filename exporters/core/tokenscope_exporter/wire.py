@@ -108,17 +108,28 @@ def resource(engine: int, engine_version: str, model: str, instance_id: str, rol
     )
 
 
-def batch_entry(request_ref: int, phase: int, tokens: int, prefill_offset: int) -> bytes:
+def batch_entry(request_ref: int, phase: int, tokens: int, prefill_offset: int, draft: int = 0, accepted: int = 0) -> bytes:
     """A `BatchEntry` as the `batch` field (4) of an `Iteration`, naming its request by reference
-    (`request_ref`, 1 + the id's place in the export's `request_ids`; see `refs.py`)."""
+    (`request_ref`, 1 + the id's place in the export's `request_ids`; see `refs.py`). `draft`,
+    `accepted`: speculative decoding's draft tokens verified in the step and accepted."""
     return message(
         4,
-        uint(5, request_ref) + uint(2, phase) + uint(3, tokens) + uint(4, prefill_offset),
+        uint(5, request_ref) + uint(2, phase) + uint(3, tokens) + uint(4, prefill_offset) + uint(6, draft) + uint(7, accepted),
+    )
+
+
+def with_drafts(batch: bytes, drafts: dict) -> bytes:
+    """`batch` with the entries of the requests in `drafts` (request_ref → (draft, accepted))
+    carrying their draft counts."""
+    return b"".join(
+        batch_entry(ref, phase, tokens, offset, *drafts.get(ref, (draft, accepted)))
+        for ref, phase, tokens, offset, draft, accepted in read_batch(batch)
     )
 
 
 def read_batch(batch: bytes):
-    """The (request_ref, phase, tokens, prefill_offset) of each entry `batch_entry` wrote."""
+    """The (request_ref, phase, tokens, prefill_offset, draft, accepted) of each entry
+    `batch_entry` wrote."""
     i = 0
     while i < len(batch):
         _, i = _read_varint(batch, i)  # the batch field's tag
@@ -127,7 +138,7 @@ def read_batch(batch: bytes):
         while i < end:
             key, i = _read_varint(batch, i)
             fields[key >> 3], i = _read_varint(batch, i)
-        yield fields.get(5, 0), fields.get(2, 0), fields.get(3, 0), fields.get(4, 0)
+        yield fields.get(5, 0), fields.get(2, 0), fields.get(3, 0), fields.get(4, 0), fields.get(6, 0), fields.get(7, 0)
 
 
 def iteration(

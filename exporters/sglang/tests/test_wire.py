@@ -19,9 +19,12 @@ def test_packed_varints_written_at_once_equal_one_by_one():
 
 
 def test_batch_entries_read_back_as_written():
-    entries = [(1, wire.PHASE_PREFILL, 512, 1024), (300, wire.PHASE_DECODE, 1, 0), (2, wire.PHASE_DECODE, 3, 0)]
+    entries = [(1, wire.PHASE_PREFILL, 512, 1024, 0, 0), (300, wire.PHASE_DECODE, 1, 0, 0, 0), (2, wire.PHASE_DECODE, 5, 0, 4, 2)]
     batch = b"".join(wire.batch_entry(*e) for e in entries)
     assert list(wire.read_batch(batch)) == entries
+    # Draft counts set after the step was encoded (the vLLM plugin learns them from its output).
+    plain = b"".join(wire.batch_entry(*e[:4]) for e in entries[:2])
+    assert list(wire.read_batch(wire.with_drafts(plain, {300: (3, 3)}))) == [entries[0], (300, wire.PHASE_DECODE, 1, 0, 3, 3)]
 
 
 def test_request_refs_number_each_export_from_one():
@@ -37,9 +40,9 @@ def test_request_refs_number_each_export_from_one():
     moved = refs.current(first, numbered_against)
     assert refs.ids == ["c", "b", "a"]
     assert list(wire.read_batch(moved)) == [
-        (2, wire.PHASE_DECODE, 1, 0),
-        (3, wire.PHASE_DECODE, 1, 0),
-        (1, wire.PHASE_PREFILL, 64, 0),
+        (2, wire.PHASE_DECODE, 1, 0, 0, 0),
+        (3, wire.PHASE_DECODE, 1, 0, 0, 0),
+        (1, wire.PHASE_PREFILL, 64, 0, 0, 0),
     ]
     # A batch numbered against the current list is sent as it is.
     assert refs.current(moved, refs.ids) is moved

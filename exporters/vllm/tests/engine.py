@@ -17,7 +17,7 @@ import torch
 from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from vllm.v1.outputs import LogprobsLists, ModelRunnerOutput
+from vllm.v1.outputs import DraftTokenIds, LogprobsLists, ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
@@ -57,7 +57,9 @@ def model_dir() -> str:
     return d
 
 
-def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=1000, log_stats=True):
+def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=1000, log_stats=True, spec_tokens=0):
+    """`spec_tokens`: speculative decoding with that many draft tokens a step (vLLM's n-gram
+    method's config: the scheduler only needs the count; `drive` makes the drafts)."""
     sc = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -67,7 +69,21 @@ def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=
     )
     mc = ModelConfig(model=model_dir(), dtype="float16", seed=42, skip_tokenizer_init=True)
     cc = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto")
-    vc = VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig(device="cpu"))
+    spec = None
+    if spec_tokens:
+        from vllm.config import ParallelConfig, SpeculativeConfig
+
+        spec = SpeculativeConfig(
+            method="ngram",
+            num_speculative_tokens=spec_tokens,
+            prompt_lookup_max=3,
+            prompt_lookup_min=1,
+            target_model_config=mc,
+            target_parallel_config=ParallelConfig(),
+        )
+    vc = VllmConfig(
+        scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig(device="cpu"), speculative_config=spec
+    )
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
     cc.num_gpu_blocks = num_blocks
@@ -121,6 +137,8 @@ class Run:
     """What the scheduler reported: each step's tokens per request, each request's tokens."""
 
     steps: list = field(default_factory=list)  # [{req_id: num_scheduled_tokens}]
+    # Speculative decoding: (step, req_id) -> (drafts verified, accepted), as the model decided.
+    drafts: dict = field(default_factory=dict)
     tokens: dict = field(default_factory=dict)  # req_id -> [token ids]
     finished: dict = field(default_factory=dict)  # req_id -> FinishReason
     preempted: set = field(default_factory=set)
@@ -183,7 +201,14 @@ def drive(
         time.sleep(max(0.0, done_at - time.monotonic()))
         for rid in aborts.pop(step, []):
             scheduler.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
-        outputs = scheduler.update_from_output(so, _model_output(ids, set(samples), run.tokens, eos_after, step))
+        spec = so.scheduled_spec_decode_tokens
+        mro = _model_output(ids, set(samples), run.tokens, eos_after, step, spec, run.drafts)
+        outputs = scheduler.update_from_output(so, mro)
+        if scheduler.num_spec_tokens:
+            # What a drafter proposes for the next step: k tokens for each request that sampled.
+            k = scheduler.num_spec_tokens
+            drafting = [rid for rid, row in zip(mro.req_ids, mro.sampled_token_ids) if row and rid in scheduler.requests]
+            scheduler.update_draft_token_ids(DraftTokenIds(drafting, [[3000 + j for j in range(k)] for _ in drafting]))
         for eco in outputs.values():
             for o in eco.outputs:
                 run.tokens.setdefault(o.request_id, []).extend(o.new_token_ids)
@@ -198,17 +223,29 @@ def sampled_logprob(token_id: int) -> float:
     return -0.5 - (token_id % 7) * 0.01
 
 
-def _model_output(ids: list, samples: set, tokens: dict, eos_after: dict, step: int) -> ModelRunnerOutput:
+def _model_output(
+    ids: list, samples: set, tokens: dict, eos_after: dict, step: int, spec: dict | None = None, drafts: dict | None = None
+) -> ModelRunnerOutput:
     """A step's output: the next token of each request that samples (EOS when `eos_after` says),
     with top-3 logprobs (the sampled one's from `sampled_logprob`) and a rank of 2. `tokens`: what the scheduler reported so far (every
-    earlier step's output has been applied)."""
+    earlier step's output has been applied). `spec`: the step's draft tokens per request; the
+    first `(step + len(id)) % (k + 1)` of them are accepted, then the model samples its own (no
+    logprobs then), recorded in `drafts`."""
     sampled = []
     for rid in ids:
         if rid not in samples:
             sampled.append([])  # a partial prefill samples nothing
             continue
         n = len(tokens.get(rid, ())) + 1
+        draft = (spec or {}).get(rid)
+        if draft:
+            accepted = (step + len(rid)) % (len(draft) + 1)
+            drafts[(step, rid)] = (len(draft), accepted)
+            sampled.append(list(draft[:accepted]) + [sample(step, rid)])
+            continue
         sampled.append([EOS if eos_after.get(rid) == n else sample(step, rid)])
+    if spec:
+        return model_runner_output(ids, sampled, None)
     k = 3
     lp_ids = np.array([[row[0] if row else 0] + [1000 + j for j in range(k)] for row in sampled], dtype=np.int64)
     lps = np.array([[sampled_logprob(row[0] if row else 0)] + [-0.1 - 0.5 * j for j in range(k)] for row in sampled], dtype=np.float32)

@@ -225,6 +225,39 @@ def test_who_asked_and_what_the_prefix_cache_served():
     assert "lora_adapter" not in first and first["priority"] == 0 and "tenant" not in first, first
 
 
+def test_speculative_decoding_drafts_and_accepted_per_step_and_token():
+    """With speculative decoding each step verifies the requests' draft tokens: the stored step
+    says how many each had and accepted, and each token whether it was an accepted draft or the
+    target model's own, as the (made-up) model decided."""
+    instance = f"vllm-spec-{os.getpid()}-{time.time_ns()}"
+    os.environ["TOKENSCOPE_ENDPOINT"] = GRPC
+    os.environ["TOKENSCOPE_INSTANCE"] = instance
+    import tokenscope_vllm
+
+    s = engine.make_scheduler(tokenscope_vllm.TracingScheduler, spec_tokens=3)
+    arrivals = {0: [engine.make_request(f"spec-{i}", 40, 30) for i in range(3)]}
+    run = engine.drive(s, arrivals, decode_s=0.001)
+    assert s.tokenscope.flush(timeout_s=20), s.tokenscope.stats()
+    s.tokenscope.close()
+    assert run.drafts and any(a < d for d, a in run.drafts.values()) and any(a == d for d, a in run.drafts.values()), run.drafts
+    for rid in ("spec-0", "spec-1", "spec-2"):
+        d = api(f"/api/v1/requests/{rid}", instance=instance)
+        mine = [v for (_, r), v in run.drafts.items() if r == rid]
+        tokens = d["tokens"]
+        assert len(tokens) == len(run.tokens[rid]) == 30, (rid, len(tokens))
+        # Every step that verified drafts for it, with its counts; a step's last token is the
+        # target model's (possibly cut by max_tokens: then fewer tokens than accepted + 1).
+        steps = {}
+        for t in tokens[1:]:
+            steps.setdefault(t["iteration"], []).append(t)
+        got = [(t[0]["step_draft"]["proposed"], t[0]["step_draft"]["accepted"]) for t in steps.values()]
+        assert sorted(got) == sorted(mine), f"{rid}: {got} {mine}"
+        for ts in steps.values():
+            accepted = ts[0]["step_draft"]["accepted"]
+            flags = [t["accepted_draft"] for t in ts]
+            assert flags == [True] * accepted + [False] * (len(ts) - accepted) or len(ts) <= accepted, (rid, flags, accepted)
+
+
 def test_a_tokenscope_that_is_down_costs_drops_not_the_engine():
     os.environ["TOKENSCOPE_ENDPOINT"] = "127.0.0.1:9"
     os.environ["TOKENSCOPE_INSTANCE"] = "nowhere"

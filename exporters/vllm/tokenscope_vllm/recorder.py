@@ -74,6 +74,9 @@ class Step:
     waiting: int
     kv_cache_usage: float
     end_ns: int = 0
+    # Speculative decoding: the tokens the step made for each request that verified drafts
+    # (accepted + 1); every other request in it made one.
+    made: dict | None = None
 
 
 class StepLogprobs:
@@ -253,10 +256,10 @@ class Recorder:
             batch, prefills, silent = self._mixed_batch(new, cached, counts, start_ns, it)
         self.pending[id(so)] = Step(it, start_ns, counts, batch, self.refs.ids, prefills, silent, running, waiting, kv_usage)
 
-    def updated(self, so, outputs, done, end_ns: int, logprobs=None, req_ids=None) -> None:
+    def updated(self, so, outputs, done, end_ns: int, logprobs=None, req_ids=None, made=None) -> None:
         """A step's model output has been applied: the step ends; `done` finished in it.
         `logprobs`, `req_ids`: the model runner's output for the whole batch, when logprobs
-        were asked for."""
+        were asked for; `made`: how many tokens it made per request, when the step verified drafts."""
         step = self.pending.pop(id(so), None)
         if step is None:
             self.unmatched_outputs += 1
@@ -266,6 +269,8 @@ class Recorder:
         # The window keeps the step, not its encoding; numbered for the export it goes in.
         batch, step.batch = self.refs.current(step.batch, step.ids), b""
         step.ids = []
+        if made is not None and req_ids is not None:
+            batch = self._drafts(step, batch, so.scheduled_spec_decode_tokens, req_ids, made)
         for r, tokens in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
         self.iterations_out.append(
@@ -285,6 +290,20 @@ class Recorder:
             r = self.records.get(req_id)
             if r is not None:
                 self._finish(r, end_ns)
+
+    def _drafts(self, step: Step, batch: bytes, spec: dict, req_ids: list, made: list) -> bytes:
+        """The step's batch with each speculative request's drafts and how many it accepted: as
+        vLLM counts them, every token the model runner kept but its own last one. The step
+        keeps how many tokens it made for each (`Step.made`), to time them."""
+        index = {rid: i for i, rid in enumerate(req_ids)}
+        drafts, step.made = {}, {}
+        for rid, draft_ids in spec.items():
+            i = index.get(rid)
+            if i is None or not draft_ids or rid not in self.records or not made[i]:
+                continue
+            step.made[rid] = made[i]
+            drafts[self.refs.ref(rid)] = (len(draft_ids), min(made[i] - 1, len(draft_ids)))
+        return wire.with_drafts(batch, drafts) if drafts else batch
 
     def _keep_logprobs(self, step: Step, outputs, logprobs, req_ids) -> None:
         """A step's logprobs: the batch's arrays whole when each row is one token; otherwise

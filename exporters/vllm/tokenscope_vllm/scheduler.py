@@ -109,11 +109,17 @@ class _Tracing:
 
     def update_from_output(self, scheduler_output, model_runner_output):
         end = time.time_ns()
-        outputs = super().update_from_output(scheduler_output, model_runner_output)
         ts = self.tokenscope
+        made = None
         if ts.on:
             try:
-                ts.push(self._update_event(scheduler_output, outputs, end, model_runner_output))
+                made = self._made(scheduler_output, model_runner_output)
+            except Exception as e:
+                ts.fault("update_from_output", e)
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        if ts.on:
+            try:
+                ts.push(self._update_event(scheduler_output, outputs, end, model_runner_output, made))
             except Exception as e:
                 ts.fault("update_from_output", e)
         return outputs
@@ -123,13 +129,24 @@ class _Tracing:
     def _step_event(self, out, start_ns: int) -> tuple:
         return ("scheduled", out, start_ns, len(self.running), len(self.waiting), self.kv_cache_manager.usage)
 
-    def _update_event(self, scheduler_output, outputs, end_ns: int, model_runner_output=None) -> tuple:
+    @staticmethod
+    def _made(scheduler_output, model_runner_output):
+        """With speculative decoding, how many tokens the model runner made for each request,
+        read before vLLM cuts its lists at a stop or the length limit (it counts accepted
+        drafts from the uncut list too)."""
+        if not getattr(scheduler_output, "scheduled_spec_decode_tokens", None):
+            return None
+        return list(map(len, model_runner_output.sampled_token_ids))
+
+    def _update_event(self, scheduler_output, outputs, end_ns: int, model_runner_output=None, made=None) -> tuple:
         # Requests it finished: vLLM collects them for the next step's output; a copy, as that
         # set is handed on and replaced at the next schedule().
         done = tuple(self.finished_req_ids) if self.finished_req_ids else ()
-        # The batch's logprobs as the model runner made them (None unless a request asked).
+        # The batch's logprobs as the model runner made them (None unless a request asked), and
+        # with speculative decoding the tokens it kept (how many drafts each accepted).
         lp = getattr(model_runner_output, "logprobs", None)
-        return ("updated", scheduler_output, outputs, done, end_ns, lp, model_runner_output.req_ids if lp is not None else None)
+        ids = model_runner_output.req_ids if lp is not None or made is not None else None
+        return ("updated", scheduler_output, outputs, done, end_ns, lp, ids, made)
 
     def finish_requests(self, request_ids, finished_status):
         finished = super().finish_requests(request_ids, finished_status)
