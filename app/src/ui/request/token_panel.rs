@@ -94,6 +94,12 @@ fn timing(t: &TokenView, instance: &str) -> impl IntoView + use<> {
     view! {
         <div class="tp-timing">
             <p><b>{duration_ms(l)}</b>{format!(" {what}{split}")}</p>
+            {t.step_draft.map(|d| view! {
+                <p data-testid="tp-draft">{match t.accepted_draft {
+                    Some(true) => format!("An accepted draft token: its step verified {} drafts for this request and kept {}.", d.proposed, d.accepted),
+                    _ => format!("Sampled by the target model, after {} of the step's {} drafts were accepted.", d.accepted, d.proposed),
+                }}</p>
+            })}
             {(t.batch_size.is_some() || t.iteration.is_some()).then(|| view! {
                 <p class="muted">{format!("step {} · batch {} · queue {} · {} prefill + {} decode tokens",
                     t.iteration.map_or("–".into(), |i| i.to_string()),

@@ -1,0 +1,75 @@
+// Speculative decoding on the request page: a request whose decode steps verified draft tokens.
+// The word flow marks the accepted drafts, the section says how many were accepted over how many
+// steps, and the token panel says of a token whether it was an accepted draft or the target
+// model's own, with its step's counts.
+import { test, expect, Page } from "@playwright/test";
+
+async function hydrated(page: Page) {
+  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
+}
+
+const T0 = 1793577600000000000n; // 2026-11-02T00:00:00Z: a day of its own
+const ms = (n: number) => (T0 + BigInt(n) * 1_000_000n).toString();
+const INSTANCE = "spec-gpu-0";
+const ID = "spec-req-1";
+
+// Steps: 1 prefills the prompt and samples token 0; 2 verifies 3 drafts and keeps 2 (tokens 1–3);
+// 3 keeps all 3 (tokens 4–7); 4 keeps none (token 8).
+const steps: [number, number, number, number][] = [[1, 0, 0, 1], [2, 3, 2, 3], [3, 3, 3, 4], [4, 3, 0, 1]];
+const words = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog"];
+
+function traces() {
+  const iteration_id: string[] = [];
+  const emitted_ns: string[] = [];
+  steps.forEach(([it, , , made]) => {
+    for (let k = 0; k < made; k++) {
+      iteration_id.push(String(it));
+      emitted_ns.push(ms(it * 20));
+    }
+  });
+  return {
+    resource_traces: [{
+      resource: { engine: "ENGINE_KIND_VLLM", model: "llama-8b", instance_id: INSTANCE },
+      request_ids: [ID],
+      iterations: steps.map(([it, draft, accepted]) => ({
+        iteration_id: String(it), start_ns: ms(it * 20 - 18), end_ns: ms(it * 20), running: 1,
+        batch: [it === 1
+          ? { request_ref: 1, phase: "PHASE_PREFILL", tokens: 120 }
+          : { request_ref: 1, phase: "PHASE_DECODE", tokens: 1 + draft, draft_tokens: draft, accepted_tokens: accepted }],
+      })),
+      requests: [{
+        request_id: ID, arrival_ns: ms(0), first_scheduled_ns: ms(2), finished_ns: ms(80),
+        finish_reason: "FINISH_REASON_STOP", prompt_tokens: 120,
+        prefill_chunks: [{ start_ns: ms(2), end_ns: ms(20), tokens: 120, iteration_id: "1" }],
+        tokens: { token_id: words.map((_, i) => 500 + i), emitted_ns, iteration_id, text: words, logprob: words.map(() => -0.1) },
+      }],
+    }],
+  };
+}
+
+test.beforeAll(async ({ request }) => {
+  const stored = await request.post("/api/v1/traces", { data: JSON.stringify(traces()), headers: { "content-type": "application/json" } });
+  expect(stored.status(), await stored.text()).toBe(200);
+});
+
+test("the request page shows which tokens were accepted drafts", async ({ page }) => {
+  await page.goto(`/requests/${ID}?instance=${INSTANCE}`);
+  await expect(page.getByTestId("spec-summary")).toHaveText(
+    "Speculative decoding: 5 of 9 draft tokens accepted (56 %) over 3 steps, 2.7 tokens a step",
+  );
+  const flow = page.getByTestId("word-flow");
+  // Tokens 1, 2 (step 2) and 4, 5, 6 (step 3) were drafts the target model accepted.
+  await expect(flow.locator(".tk.draft")).toHaveCount(5);
+  expect(await flow.locator(".tk.draft").evaluateAll((els) => els.map((e) => e.getAttribute("data-i")))).toEqual(["1", "2", "4", "5", "6"]);
+  await hydrated(page);
+  await flow.locator('[data-i="2"]').click();
+  await expect(page.getByTestId("tp-draft")).toHaveText("An accepted draft token: its step verified 3 drafts for this request and kept 2.");
+  await flow.locator('[data-i="3"]').click();
+  await expect(page.getByTestId("tp-draft")).toHaveText("Sampled by the target model, after 2 of the step's 3 drafts were accepted.");
+  await flow.locator('[data-i="8"]').click();
+  await expect(page.getByTestId("tp-draft")).toHaveText("Sampled by the target model, after 0 of the step's 3 drafts were accepted.");
+  await flow.locator('[data-i="0"]').click();
+  await expect(page.getByTestId("tp-draft")).toHaveCount(0);
+  await flow.locator('[data-i="5"]').click();
+  await page.screenshot({ path: "test-results/speculation.png" });
+});
