@@ -37,6 +37,20 @@ pub struct Track {
     /// this track.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<String>,
+    /// Who asked, and what the prefix cache served: read with the stage record, so only for
+    /// tracks wide enough to read it (what the hover shows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_adapter: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_tokens: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Pixels no wider than this (2 ms) put a typical 10–50 ms decode step several pixels apart:

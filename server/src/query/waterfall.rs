@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use tokenscope_core::analysis::stages::{coarse_stages, stages};
 use tokenscope_core::analysis::waterfall::{self, Bucket, Lane, Step, Track, Waterfall};
 use tokenscope_core::api::Stage;
-use tokenscope_core::model::{Nanos, ms};
+use tokenscope_core::model::{Nanos, RequestTrace, ms};
 
 use crate::error::{Error, Result};
 use crate::store::{Extent, RowKey, Store, count};
@@ -173,23 +173,44 @@ async fn segments(
         .collect();
     // Zoomed in far enough that tokens are pixels apart, tracks carry their token times.
     let ticks = gap <= waterfall::TOKEN_TICK_PX_NS;
-    let mut found: HashMap<String, (Vec<Stage>, Vec<Nanos>)> = HashMap::new();
-    for trace in store.stage_records(&wide, ticks).await? {
+    let mut found: HashMap<String, Found> = HashMap::new();
+    for mut trace in store.stage_records(&wide, ticks).await? {
         let slot = found.entry(trace.request_id.clone()).or_default();
-        slot.0.extend(stages(&trace));
-        slot.1
+        slot.stages.extend(stages(&trace));
+        slot.token_ns
             .extend(trace.tokens.iter().filter_map(|t| t.emitted_ns));
+        trace.tokens = Vec::new();
+        slot.parts.push(trace);
     }
     for t in &mut tracks {
-        if let Some((mut s, mut token_ns)) = found.remove(&t.request_id) {
+        if let Some(Found {
+            stages: mut s,
+            mut token_ns,
+            parts: traces,
+        }) = found.remove(&t.request_id)
+        {
             // The parts of a request, in time order: queue and prefill, transfer, decode.
             s.sort_by_key(|s| (s.start_ns, s.end_ns));
             token_ns.sort_unstable();
             t.segments = waterfall::visible_segments(s, gap);
             t.token_ns = token_ns;
+            // Who asked is the client's, on any part; the cache served the first part's prompt.
+            let first = traces.iter().min_by_key(|r| r.arrival_ns);
+            t.tenant = traces.iter().find_map(|r| r.served.tenant.clone());
+            t.lora_adapter = traces.iter().find_map(|r| r.served.lora_adapter.clone());
+            t.priority = traces.iter().find_map(|r| r.served.priority);
+            t.cached_tokens = first.map_or(0, |r| r.cached_tokens);
         }
     }
     Ok((tracks, clusters))
+}
+
+/// A wide track's stage record: its parts' stages, token times, and the parts themselves.
+#[derive(Default)]
+struct Found {
+    stages: Vec<Stage>,
+    token_ns: Vec<Nanos>,
+    parts: Vec<RequestTrace>,
 }
 
 /// The iteration lane: buckets summed from the coarsest rollup that still gives a bucket per

@@ -131,6 +131,33 @@ async fn two_thousand_tokens_round_trip_over_grpc() {
     assert_same(&detail, &sent, 12, 3);
     assert_eq!(detail.summary.instance, "gpu-0");
     assert_eq!(detail.summary.model, "meta-llama/Llama-3.1-8B-Instruct");
+
+    // The waterfall's track carries what its hover shows: who asked, what the cache served, and
+    // (zoomed in on it) the request its preemption made room for.
+    let (from, to) = (
+        sent.tokens[10].emitted_ns.unwrap() - 50_000_000,
+        sent.tokens[11].emitted_ns.unwrap() + 50_000_000,
+    );
+    let wf = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=gpu-0&from={from}&to={to}&width_px=1000"
+        ))
+        .await;
+    let track = &wf["tracks"][0];
+    assert_eq!(track["request_id"], "req-grpc", "{wf}");
+    assert_eq!(
+        (&track["tenant"], &track["lora_adapter"], &track["priority"]),
+        (&"acme".into(), &"sql-adapter".into(), &(-2).into()),
+        "{track}"
+    );
+    assert_eq!(track["cached_tokens"], sent.cached_tokens, "{track}");
+    let preempted = track["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "preempted")
+        .unwrap_or_else(|| panic!("{track}"));
+    assert_eq!(preempted["by"], "req-big");
 }
 
 #[tokio::test]

@@ -13,6 +13,37 @@ use crate::ui::canvas::{local_xy, on};
 use crate::ui::format::{duration_ms, thousands};
 use crate::ui::time::{Zone, clock};
 
+/// `tenant acme · LoRA sql-adapter · priority 3 · 1,024 of 1,360 prompt tokens from the cache`,
+/// when the track carries any of it.
+fn who(tr: &crate::analysis::waterfall::Track) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(t) = &tr.tenant {
+        parts.push(format!("tenant {t}"));
+    }
+    if let Some(l) = &tr.lora_adapter {
+        parts.push(format!("LoRA {l}"));
+    }
+    if let Some(p) = tr.priority.filter(|&p| p != 0) {
+        parts.push(format!("priority {p}"));
+    }
+    if tr.cached_tokens > 0 {
+        parts.push(format!(
+            "{} of {} prompt tokens from the cache",
+            thousands(tr.cached_tokens.into()),
+            thousands(tr.prompt_tokens.into())
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join(" · "))
+}
+
+fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / f64::from(1u32 << 30)),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20)),
+        n => format!("{:.1} KiB", n as f64 / 1024.0),
+    }
+}
+
 /// What is under the pointer: a request's segment (or a cluster), or an engine step.
 fn hover_lines(wf: Wf, x: f64, y: f64) -> Option<Vec<String>> {
     let v = wf.view.get_untracked();
@@ -84,6 +115,7 @@ fn hover_lines(wf: Wf, x: f64, y: f64) -> Option<Vec<String>> {
             if !tr.parts.is_empty() {
                 lines.push(format!("ran on {}", tr.parts.join(" → ")));
             }
+            lines.extend(who(tr));
             if let Some(s) = tr
                 .segments
                 .iter()
@@ -103,7 +135,16 @@ fn hover_lines(wf: Wf, x: f64, y: f64) -> Option<Vec<String>> {
                 if let Some(i) = s.iteration {
                     what.push_str(&format!(" · iteration {i}"));
                 }
+                if let Some(b) = s.blocks {
+                    what.push_str(&format!(" · {} blocks", thousands(b.into())));
+                }
+                if let Some(b) = s.bytes {
+                    what.push_str(&format!(" · {}", bytes(b)));
+                }
                 lines.push(what);
+                if let Some(by) = &s.by {
+                    lines.push(format!("to make room for {by}"));
+                }
                 lines.push(when(s.start_ns, s.end_ns));
             } else {
                 lines.push(when(tr.arrival_ns, tr.finished_ns));
