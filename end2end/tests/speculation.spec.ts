@@ -1,7 +1,8 @@
-// Speculative decoding on the request page: a request whose decode steps verified draft tokens.
-// The word flow marks the accepted drafts, the section says how many were accepted over how many
-// steps, and the token panel says of a token whether it was an accepted draft or the target
-// model's own, with its step's counts.
+// What the engine plugins capture, where it explains something. Speculative decoding on the
+// request page: a request whose decode steps verified draft tokens; the word flow marks the
+// accepted drafts, the section says how many were accepted over how many steps, and the token
+// panel says of a token whether it was an accepted draft or the target model's own, with its
+// step's counts. Who asked and what the prefix cache served, in the waterfall's hover.
 import { test, expect, Page } from "@playwright/test";
 
 async function hydrated(page: Page) {
@@ -39,7 +40,8 @@ function traces() {
       })),
       requests: [{
         request_id: ID, arrival_ns: ms(0), first_scheduled_ns: ms(2), finished_ns: ms(80),
-        finish_reason: "FINISH_REASON_STOP", prompt_tokens: 120,
+        finish_reason: "FINISH_REASON_STOP", prompt_tokens: 120, cached_tokens: 64,
+        lora_adapter: "sql-adapter", priority: 2, tenant: "acme",
         prefill_chunks: [{ start_ns: ms(2), end_ns: ms(20), tokens: 120, iteration_id: "1" }],
         tokens: { token_id: words.map((_, i) => 500 + i), emitted_ns, iteration_id, text: words, logprob: words.map(() => -0.1) },
       }],
@@ -72,4 +74,16 @@ test("the request page shows which tokens were accepted drafts", async ({ page }
   await expect(page.getByTestId("tp-draft")).toHaveCount(0);
   await flow.locator('[data-i="5"]').click();
   await page.screenshot({ path: "test-results/speculation.png" });
+});
+
+test("the waterfall's hover says who asked and what the cache served", async ({ page }) => {
+  await page.goto(`/waterfall?instance=${INSTANCE}&from=${ms(-5)}&to=${ms(85)}`);
+  await page.waitForFunction(() => ((window as any).__tsFrameMs ?? []).length > 0, null, { timeout: 15_000 });
+  const box = (await page.getByTestId("wf-canvas").boundingBox())!;
+  // The request's row, the first under the step lane (56 px) and the axis (22 px).
+  await page.mouse.move(box.x + box.width / 2, box.y + 56 + 22 + 9);
+  const tip = page.getByTestId("wf-tip");
+  await expect(tip).toContainText(ID);
+  await expect(tip).toContainText("tenant acme · LoRA sql-adapter · priority 2 · 64 of 120 prompt tokens from the cache");
+  await page.screenshot({ path: "test-results/waterfall-hover-who.png" });
 });

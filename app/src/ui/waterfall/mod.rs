@@ -230,7 +230,10 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
                 <span class="wf-window" data-testid="wf-window">{header_window}</span>
             </div>
             <div class="wf-controls">
-                <span class="muted">{move || format!("{} requests", thousands(rows_total().into()))}</span>
+                <span class="muted">{move || {
+                    let n = rows_total();
+                    format!("{} request{}", thousands(n.into()), if n == 1 { "" } else { "s" })
+                }}</span>
                 <label>"rows by "
                     <select data-testid="sort" on:change=move |ev| wf.sort.set(event_target_value(&ev))>
                         {[("", "arrival"), ("ttft", "slowest TTFT"), ("tpot", "slowest TPOT"), ("prompt", "longest prompt"), ("duration", "longest")]
