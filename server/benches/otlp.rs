@@ -43,7 +43,7 @@ fn main() {
             let t = Instant::now();
             let export = ExportTraceServiceRequest::decode(w.as_slice()).expect("valid protobuf");
             let t1 = Instant::now();
-            let m = otlp::decode(export, None, &assembler, &Grant::All);
+            let m = otlp::decode(export, None, &assembler, &Grant::All, &Default::default());
             let t2 = Instant::now();
             for b in &m.decoded.batches {
                 for r in &b.requests {

@@ -139,6 +139,15 @@ pub struct ServeArgs {
     /// asked).
     #[arg(long, env = "TOKENSCOPE_FINDINGS_SETTLE_S", default_value_t = 5.0)]
     pub findings_settle_s: f64,
+    /// A span attribute that names whom a request was served for (e.g. the gateway's
+    /// `org.tenant`), looked up before `tokenscope.tenant`, `user.id` and `enduser.id`; repeat
+    /// for several (comma-separated in the environment), the first present wins.
+    #[arg(
+        long = "otlp-tenant-attribute",
+        env = "TOKENSCOPE_OTLP_TENANT_ATTRIBUTES",
+        value_delimiter = ','
+    )]
+    pub otlp_tenant_attributes: Vec<String>,
 }
 
 impl ServeArgs {
@@ -161,6 +170,7 @@ impl ServeArgs {
             },
             findings_settle: (self.findings_settle_s > 0.0)
                 .then(|| std::time::Duration::from_secs_f64(self.findings_settle_s)),
+            otlp_tenant_attributes: self.otlp_tenant_attributes.clone(),
         }
     }
 }

@@ -50,8 +50,9 @@ pub fn native_json(data: &[u8]) {
 /// timeout sweep).
 fn otlp_mapped(req: ExportTraceServiceRequest) {
     let assembler = otlp::assemble::Assembler::default();
-    let _ = otlp::decode(req, Some("127.0.0.1"), &assembler, &Grant::All);
-    let _ = otlp::expired(&assembler, Duration::ZERO, None);
+    let mapping = otlp::Mapping::default();
+    let _ = otlp::decode(req, Some("127.0.0.1"), &assembler, &Grant::All, &mapping);
+    let _ = otlp::expired(&assembler, Duration::ZERO, None, &mapping);
 }
 
 pub fn otlp_proto(data: &[u8]) {

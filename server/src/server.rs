@@ -51,6 +51,9 @@ pub struct Config {
     /// Store each request's diagnosis once no data has touched its lifetime for this long
     /// (`query::findings`); `None` runs no worker (the findings are then computed when asked).
     pub findings_settle: Option<Duration>,
+    /// Span attributes that name a request's tenant, before `tokenscope.tenant`, `user.id` and
+    /// `enduser.id` (`--otlp-tenant-attribute`).
+    pub otlp_tenant_attributes: Vec<String>,
 }
 
 /// How long a stopping server waits for requests in flight before it exits anyway.
@@ -163,7 +166,10 @@ pub async fn start(config: Config) -> Result<Running> {
         .local_addr()
         .map_err(|e| Error::Internal(e.to_string()))?;
 
-    let otlp = Otlp::new(sink.clone());
+    let otlp = Otlp::new(
+        sink.clone(),
+        crate::ingest::otlp::Mapping::with_tenant_attributes(&config.otlp_tenant_attributes),
+    );
     let state = AppState {
         sink: sink.clone(),
         otlp: otlp.clone(),

@@ -30,7 +30,7 @@ pub async fn export(
     peer: Option<&str>,
     grant: &Grant,
 ) -> Result<ExportTraceServiceResponse> {
-    let mapped = otlp::decode(req, peer, &otlp.assembler, grant);
+    let mapped = otlp::decode(req, peer, &otlp.assembler, grant, &otlp.mapping);
     store_mapped(&otlp.sink, mapped).await
 }
 
@@ -66,13 +66,15 @@ pub async fn store_mapped(sink: &Sink, mapped: otlp::Mapped) -> Result<ExportTra
 pub struct Otlp {
     pub sink: Sink,
     pub assembler: Arc<Assembler>,
+    pub mapping: Arc<otlp::Mapping>,
 }
 
 impl Otlp {
-    pub fn new(sink: Sink) -> Self {
+    pub fn new(sink: Sink, mapping: otlp::Mapping) -> Self {
         Self {
             sink,
             assembler: Arc::default(),
+            mapping: Arc::new(mapping),
         }
     }
 
@@ -81,7 +83,7 @@ impl Otlp {
         if self.assembler.held_spans() == 0 {
             return Ok(());
         }
-        let mapped = otlp::expired(&self.assembler, timeout, None);
+        let mapped = otlp::expired(&self.assembler, timeout, None, &self.mapping);
         if mapped.decoded.batches.is_empty() && mapped.decoded.rejections.is_empty() {
             return Ok(());
         }

@@ -51,7 +51,7 @@ fn golden_fixtures_map_to_their_snapshots() {
             let steps: Vec<serde_json::Value> = exports
                 .into_iter()
                 .map(|export| {
-                    let mapped = otlp::decode(export, None, &assembler, &Grant::All);
+                    let mapped = otlp::decode(export, None, &assembler, &Grant::All, &Default::default());
                     serde_json::json!({
                         "batches": mapped.decoded.batches.iter().map(|b| serde_json::json!({
                             "resource": b.resource,
@@ -166,6 +166,34 @@ fn set_attr(span: &mut opentelemetry_proto::tonic::trace::v1::Span, key: &str, v
         value: Some(AnyValue { value: Some(value) }),
         ..Default::default()
     });
+}
+
+/// A request's tenant comes from the span attribute the server was told to read (a gateway's
+/// own), before OpenTelemetry's `user.id`; without the setting, from `user.id`.
+#[tokio::test]
+async fn the_tenant_comes_from_the_configured_span_attribute_first() {
+    let export = |id: &str| {
+        let mut e = load("vllm/llm_request_token_arrays.otlp.json");
+        let span = &mut e.resource_spans[0].scope_spans[0].spans[0];
+        set_attr(span, "gen_ai.request.id", Value::StringValue(id.into()));
+        set_attr(span, "user.id", Value::StringValue("user-7".into()));
+        set_attr(span, "org.tenant", Value::StringValue("acme".into()));
+        e
+    };
+    for (configured, want) in [(vec!["org.tenant".to_string()], "acme"), (vec![], "user-7")] {
+        let app = spawn_app_with(|c| c.otlp_tenant_attributes = configured).await;
+        let mut client = TraceServiceClient::connect(format!("http://{}", app.running.grpc_addr))
+            .await
+            .unwrap();
+        let reply = client
+            .export(export("tenanted"))
+            .await
+            .expect("export succeeds")
+            .into_inner();
+        assert!(reply.partial_success.is_none(), "{reply:?}");
+        let d = app.get_json("/api/v1/requests/tenanted").await;
+        assert_eq!(d["tenant"], want, "{d}");
+    }
 }
 
 #[tokio::test]

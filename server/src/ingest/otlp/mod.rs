@@ -137,6 +137,56 @@ fn finish(
     Ok(r)
 }
 
+/// What OTLP ingest maps beyond the conventions it knows: which span attributes name whom a
+/// request was served for (its tenant), the first present wins.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    pub tenant_attributes: Vec<String>,
+}
+
+/// tokenscope's own, then OpenTelemetry's `user.id` and the older `enduser.id`.
+const TENANT_ATTRIBUTES: [&str; 3] = ["tokenscope.tenant", "user.id", "enduser.id"];
+
+impl Default for Mapping {
+    fn default() -> Self {
+        Self::with_tenant_attributes(&[])
+    }
+}
+
+impl Mapping {
+    /// `keys` (a gateway's own attribute, say) before the ones tokenscope knows.
+    pub fn with_tenant_attributes(keys: &[String]) -> Self {
+        let mut tenant_attributes = keys.to_vec();
+        for k in TENANT_ATTRIBUTES {
+            if !tenant_attributes.iter().any(|t| t == k) {
+                tenant_attributes.push(k.into());
+            }
+        }
+        Self { tenant_attributes }
+    }
+
+    fn tenant(&self, span: &Span) -> Result<Option<String>, FieldError> {
+        let a = Attrs::new(&span.attributes);
+        for key in &self.tenant_attributes {
+            if let Some(t) = a.string_like(key)?.filter(|t| !t.is_empty()) {
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `r` mapped from `span`, with its tenant.
+    fn served(
+        &self,
+        span: &Span,
+        r: Result<tokenscope_core::model::RequestTrace, FieldError>,
+    ) -> Result<tokenscope_core::model::RequestTrace, FieldError> {
+        let mut r = r?;
+        r.served.tenant = self.tenant(span)?;
+        Ok(r)
+    }
+}
+
 /// Maps one export. SGLang spans go through `assembler`, which holds them until their root
 /// span arrives (possibly in a later export). Spans of an instance `grant` does not cover are
 /// refused here, before the assembler could hold them.
@@ -145,6 +195,7 @@ pub fn decode(
     peer: Option<&str>,
     assembler: &Assembler,
     grant: &Grant,
+    mapping: &Mapping,
 ) -> Mapped {
     let mut out = Mapped::default();
     let mut batches = Batches::default();
@@ -184,7 +235,8 @@ pub fn decode(
             if res.engine == EngineKind::Other && span.name == "llm_request" {
                 res.engine = EngineKind::Vllm;
             }
-            match finish(request_span::request(span, None, &mut out.warnings)) {
+            let r = request_span::request(span, None, &mut out.warnings);
+            match finish(mapping.served(span, r)) {
                 Ok(r) => batches.push(&res, span, item, r),
                 Err(e) => out.decoded.reject(ItemKind::Request, &item, e),
             }
@@ -195,8 +247,8 @@ pub fn decode(
                 done,
                 &base,
                 &format!("resource_spans[{i}]"),
-                &mut batches,
-                &mut out,
+                mapping,
+                (&mut batches, &mut out),
             );
         }
     }
@@ -209,8 +261,8 @@ fn map_sglang(
     done: Vec<Complete>,
     base: &Resource,
     at: &str,
-    batches: &mut Batches,
-    out: &mut Mapped,
+    mapping: &Mapping,
+    (batches, out): (&mut Batches, &mut Mapped),
 ) {
     for c in done {
         let descendants: Vec<&Span> = c.spans.iter().collect();
@@ -229,7 +281,7 @@ fn map_sglang(
         };
         let item = label_sglang(at, root);
         match sglang::request(root, &descendants, &mut out.warnings)
-            .and_then(|(r, role)| finish(Ok(r)).map(|r| (r, role)))
+            .and_then(|(r, role)| finish(mapping.served(root, Ok(r))).map(|r| (r, role)))
         {
             Ok((r, role)) => {
                 let mut res = Resource {
@@ -260,6 +312,7 @@ pub fn expired(
     assembler: &Assembler,
     timeout: std::time::Duration,
     peer_hint: Option<&str>,
+    mapping: &Mapping,
 ) -> Mapped {
     let mut out = Mapped::default();
     let mut batches = Batches::default();
@@ -268,7 +321,13 @@ pub fn expired(
             Ok(r) => r,
             Err(_) => continue,
         };
-        map_sglang(vec![c], &base, "held spans", &mut batches, &mut out);
+        map_sglang(
+            vec![c],
+            &base,
+            "held spans",
+            mapping,
+            (&mut batches, &mut out),
+        );
     }
     out.decoded.batches.extend(batches.0.into_values());
     out

@@ -163,24 +163,9 @@ pub fn request(
         kv_transfer,
         sampling: sampling(&a)?,
         tokens,
-        served: tokenscope_core::model::Served {
-            tenant: tenant(&a)?,
-            ..Default::default()
-        },
+        // Its tenant is the mapping's (`otlp::Mapping`).
+        served: Default::default(),
     })
-}
-
-/// The span attributes that name whom a request was served for, the first present wins:
-/// tokenscope's own, then OpenTelemetry's `user.id` and the older `enduser.id`.
-const TENANT: [&str; 3] = ["tokenscope.tenant", "user.id", "enduser.id"];
-
-fn tenant(a: &Attrs) -> Result<Option<String>, FieldError> {
-    for key in TENANT {
-        if let Some(t) = a.string_like(key)?.filter(|t| !t.is_empty()) {
-            return Ok(Some(t));
-        }
-    }
-    Ok(None)
 }
 
 /// TensorRT-LLM marks a disaggregated request's KV transfer with events, or reports its length.

@@ -88,6 +88,7 @@ pub fn spawn_config(database_url: String) -> Config {
         access: Default::default(),
         // Off unless a test turns it on: the others read diagnoses computed when asked.
         findings_settle: None,
+        otlp_tenant_attributes: Vec::new(),
     }
 }
 
