@@ -59,6 +59,7 @@ test("the request page shows which tokens were accepted drafts", async ({ page }
   await expect(page.getByTestId("spec-summary")).toHaveText(
     "Speculative decoding: 5 of 9 draft tokens accepted (56 %) over 3 steps, 2.7 tokens a step",
   );
+  await expect(page.locator(".rq-timeline .legend")).toContainText("accepted draft");
   const flow = page.getByTestId("word-flow");
   // Tokens 1, 2 (step 2) and 4, 5, 6 (step 3) were drafts the target model accepted.
   await expect(flow.locator(".tk.draft")).toHaveCount(5);

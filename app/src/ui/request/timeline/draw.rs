@@ -12,6 +12,8 @@ const DECODE: &str = "#0072b2";
 const WAIT: &str = "#9aa3ad";
 const STALL: &str = "#d55e00";
 const PREFILL: &str = "#e69f00";
+/// An accepted draft token (speculative decoding), as the word flow marks it.
+const DRAFT: &str = "#56b4e9";
 const BATCH: &str = "#1d2430";
 const QUEUE: &str = "#cc79a7";
 const GRID: &str = "#edf0f3";
@@ -123,6 +125,10 @@ fn bars(ctx: &CanvasRenderingContext2d, f: &Frame, y: &dyn Fn(f64) -> f64) {
         if c.interrupted {
             ctx.set_fill_style_str(PREFILL);
             ctx.fill_rect(x, base + 2.0, w, MARK_H - 3.0);
+        }
+        if c.drafted {
+            ctx.set_fill_style_str(DRAFT);
+            ctx.fill_rect(x, base - 3.0, w, 3.0);
         }
     }
 }

@@ -17,6 +17,9 @@ pub struct Column {
     pub breach: bool,
     /// Any token under the column waited while other requests prefilled.
     pub interrupted: bool,
+    /// Every token under the column was an accepted draft (speculative decoding): its step made
+    /// several tokens, so all but the first of them show no latency of their own.
+    pub drafted: bool,
     pub batch: Option<u32>,
     pub waiting: Option<u32>,
 }
@@ -76,6 +79,7 @@ pub fn columns(tokens: &[TokenView], width: f64, slo: Slo) -> Vec<Column> {
                 wait_ms: tallest.wait_ms.filter(|_| tallest.compute_ms.is_some()),
                 breach: under.iter().any(|t| is_breach(t, slo)),
                 interrupted: under.iter().any(|t| !t.prefilled_meanwhile.is_empty()),
+                drafted: under.iter().all(|t| t.accepted_draft == Some(true)),
                 batch: under.iter().filter_map(|t| t.batch_size).max(),
                 waiting: under.iter().filter_map(|t| t.waiting).max(),
             })

@@ -88,12 +88,15 @@ pub fn Timeline(rq: Rq) -> impl IntoView {
             None => "drag across the bars to select tokens; click one to inspect it".into(),
         }
     };
+    let drafted =
+        rq.d.with_value(|d| d.tokens.iter().any(|t| t.accepted_draft == Some(true)));
     view! {
         <section class="panel rq-timeline">
             <div class="section-head">
                 <h2>"Token latency"</h2>
                 <span class="muted">{format!("{} tokens · {} over the {} TPOT SLO", thousands(n.into()), breaches, duration_ms(th.tpot_ms))}</span>
-                <span class="legend"><i class="sw-decode"></i>"computing"<i class="sw-wait"></i>"waiting to be scheduled"<i class="sw-over"></i>"over the SLO"<i class="sw-prefill"></i>"others prefilled meanwhile"<i class="l-batch"></i>"batch"<i class="l-waiting"></i>"queue"</span>
+                <span class="legend"><i class="sw-decode"></i>"computing"<i class="sw-wait"></i>"waiting to be scheduled"<i class="sw-over"></i>"over the SLO"<i class="sw-prefill"></i>"others prefilled meanwhile"<i class="l-batch"></i>"batch"<i class="l-waiting"></i>"queue"
+                    {drafted.then(|| view! { <i class="sw-draft"></i>"accepted draft" })}</span>
                 <label class="toggle"><input type="checkbox" data-testid="log-scale" prop:checked=move || rq.log.get()
                     on:change=move |ev| rq.log.set(event_target_checked(&ev))/>" log scale"</label>
             </div>
