@@ -213,7 +213,7 @@ pub struct TokenView {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefilled_meanwhile: Vec<String>,
     /// Their prompt tokens computed in that time.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::model::is_zero")]
     pub prefill_tokens_meanwhile: u32,
     /// Word choice: probability of the chosen token, entropy of the candidates (nats), and the
     /// chosen token's probability minus the best other candidate's (negative: a likelier one existed).
@@ -232,8 +232,4 @@ impl TokenView {
             .map(|k| k.to_string())
             .or_else(|| self.rank_beyond.map(|k| format!("> {k}")))
     }
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }

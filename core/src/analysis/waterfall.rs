@@ -45,12 +45,8 @@ pub struct Track {
     pub lora_adapter: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::model::is_zero")]
     pub cached_tokens: u32,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// Pixels no wider than this (2 ms) put a typical 10–50 ms decode step several pixels apart:

@@ -55,3 +55,8 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
         .collect()
 }
+
+/// For `#[serde(skip_serializing_if = "…")]`: a count of zero is left out of the JSON.
+pub fn is_zero(n: &u32) -> bool {
+    *n == 0
+}

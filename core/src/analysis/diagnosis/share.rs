@@ -472,12 +472,25 @@ mod tests {
         }
     }
 
+    /// A batch of `n` requests decoding a token each.
+    fn decodes(n: usize) -> Vec<(&'static str, Phase, u32, u32)> {
+        (0..n).map(|_| ("d", Phase::Decode, 1, 0)).collect()
+    }
+
+    /// Time other requests' prefills held inside [from, to) of `steps`, in ms.
+    fn prefill_ms(steps: &[Iteration], from: i64, to: i64) -> Nanos {
+        let ctx = Context {
+            iterations: steps,
+            others: &[],
+        };
+        let mut s = Shares::default();
+        s.add("v", from * MS, to * MS, &ctx);
+        s.prefill() / MS
+    }
+
     #[test]
     fn a_step_s_prefills_cost_what_it_took_beyond_its_decodes_alone() {
-        use Phase::{Decode, Prefill};
-        let decodes = |n: usize| -> Vec<(&str, Phase, u32, u32)> {
-            (0..n).map(|_| ("d", Decode, 1, 0)).collect()
-        };
+        use Phase::Prefill;
         // Decodes alone take 10 ms a step on this instance.
         let mut steps: Vec<Iteration> = (0..4)
             .map(|k| step(k, k as i64 * 10, k as i64 * 10 + 10, &decodes(50)))
@@ -504,10 +517,7 @@ mod tests {
 
     #[test]
     fn a_busy_step_s_decodes_are_not_charged_to_its_prefill() {
-        use Phase::{Decode, Prefill};
-        let decodes = |n: usize| -> Vec<(&str, Phase, u32, u32)> {
-            (0..n).map(|_| ("d", Decode, 1, 0)).collect()
-        };
+        use Phase::Prefill;
         // Decodes alone: 10 requests take 10 ms a step, 50 take 20 ms, 90 take 30 ms (each
         // request's KV cache is read every step).
         let mut steps: Vec<Iteration> = [10, 50, 90, 10, 50, 90]
@@ -523,21 +533,12 @@ mod tests {
         let mut batch = decodes(90);
         batch.push(("p", Prefill, 500, 0));
         steps.push(step(9, 1_000, 1_040, &batch));
-        let ctx = Context {
-            iterations: &steps,
-            others: &[],
-        };
-        let mut s = Shares::default();
-        s.add("v", 1_000 * MS, 1_040 * MS, &ctx);
-        assert_eq!(s.prefill() / MS, 10, "{} ns", s.prefill());
+        assert_eq!(prefill_ms(&steps, 1_000, 1_040), 10);
     }
 
     #[test]
     fn an_async_step_s_own_time_starts_where_the_step_before_it_ended() {
-        use Phase::{Decode, Prefill};
-        let decodes = |n: usize| -> Vec<(&str, Phase, u32, u32)> {
-            (0..n).map(|_| ("d", Decode, 1, 0)).collect()
-        };
+        use Phase::Prefill;
         // Back-to-back 20 ms decode steps, each scheduled 8 ms before the one before it ended
         // (async scheduling), then a step scheduled at 72 ms that ends at 130 with a prompt in
         // it: the engine was on it from 80 ms, 50 ms, of which the decodes took 20.
@@ -550,15 +551,9 @@ mod tests {
         let mut batch = decodes(50);
         batch.push(("p", Prefill, 2_000, 0));
         steps.push(step(9, 72, 130, &batch));
-        let ctx = Context {
-            iterations: &steps,
-            others: &[],
-        };
-        let mut s = Shares::default();
-        s.add("v", 80 * MS, 130 * MS, &ctx);
         // Measured over the step's whole span (58 ms), the prompt would have had 38 / 58 of
         // the 50 ms: 32.8 ms.
-        assert_eq!(s.prefill() / MS, 30, "{} ns", s.prefill());
+        assert_eq!(prefill_ms(&steps, 80, 130), 30);
     }
 
     #[test]
