@@ -4,7 +4,7 @@ pub mod load;
 pub mod process;
 pub mod vllm;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use sqlx::{Connection, PgConnection};
 use tokenscope::server::{self, Config, Running};
@@ -44,12 +44,41 @@ pub async fn fresh_database() -> String {
     let mut conn = PgConnection::connect(&admin)
         .await
         .expect("connect to the test cluster");
+    drop_stale(&mut conn).await;
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
         .await
         .expect("create test database");
     let (base, _) = admin.rsplit_once('/').expect("database URL has a path");
     format!("{base}/{name}")
+}
+
+/// Drops, once per test process, the databases of test processes that are gone: each test makes
+/// one (about 9 MB) and nothing drops it when the test ends, so on a long-lived cluster (a
+/// developer's, not CI's throwaway one) they piled up by the thousand. A database whose process
+/// is alive (this one, or another test binary running now) is kept.
+async fn drop_stale(conn: &mut PgConnection) {
+    static SWEPT: AtomicBool = AtomicBool::new(false);
+    if SWEPT.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let names: Vec<String> =
+        sqlx::query_scalar(r"SELECT datname FROM pg_database WHERE datname LIKE 'ts\_test\_%'")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap_or_default();
+    for name in names {
+        let Some(pid) = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let drop = format!("DROP DATABASE IF EXISTS \"{name}\"");
+        let _ = sqlx::query(sqlx::AssertSqlSafe(drop))
+            .execute(&mut *conn)
+            .await;
+    }
 }
 
 /// Runs `test` on worker threads built like the binary's (`main.rs`): rendering a page needs
