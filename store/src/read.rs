@@ -398,27 +398,43 @@ impl Store {
                 r.arrival_ns - super::CLOCK_SLACK_NS..r.finished_ns.saturating_add(1),
             )
             .await?;
-        // Only the entries that name someone are looked up: prefills, and speculative entries
-        // (one of them may be the request's own).
-        let named = rows
+        // The request's own entry in each step (its draft tokens, with speculative decoding) is
+        // found by its key, so that only the prefills' keys are looked up, not those of every
+        // speculative entry in every batch.
+        let own_keys: Vec<i64> = sqlx::query_scalar!(
+            "SELECT key FROM request_keys WHERE instance_id = $1 AND request_id = $2",
+            instance_id,
+            r.request_id
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let is_own = |who: &batch_block::Who| match who {
+            batch_block::Who::Key(k) => own_keys.contains(k),
+            batch_block::Who::Id(id) => *id == r.request_id,
+        };
+        let mut own_drafts = Vec::with_capacity(rows.len());
+        let prefills = rows
             .iter()
             .map(|row| {
-                Ok(batch_block::decode(&row.batch)?
+                let entries = batch_block::decode(&row.batch)?;
+                own_drafts.push(
+                    entries
+                        .iter()
+                        .find(|e| e.draft.is_some() && is_own(&e.who))
+                        .and_then(|e| e.draft),
+                );
+                Ok(entries
                     .into_iter()
-                    .filter(|e| e.phase == Phase::Prefill || e.draft.is_some())
+                    .filter(|e| e.phase == Phase::Prefill)
                     .collect())
             })
             .collect::<Result<Vec<Vec<_>>>>()?;
-        let named = self.resolve_batches(named).await?;
+        let prefills = self.resolve_batches(prefills).await?;
         rows.into_iter()
-            .zip(named)
-            .map(|(row, named)| {
+            .zip(prefills)
+            .zip(own_drafts)
+            .map(|((row, prefill), own_draft)| {
                 let s = row.step;
-                let own_draft = named
-                    .iter()
-                    .find(|e| e.draft.is_some() && *e.request_id == *r.request_id)
-                    .and_then(|e| e.draft);
-                let prefill = named.into_iter().filter(|e| e.phase == Phase::Prefill);
                 Ok(StepLoad {
                     iteration_id: s.iteration_id as u64,
                     start_ns: s.start_ns,
@@ -427,7 +443,10 @@ impl Store {
                     waiting: count(s.waiting),
                     prefill_tokens: count(s.prefill_tokens),
                     decode_tokens: count(s.decode_tokens),
-                    prefill_requests: prefill.map(|e| e.request_id.to_string()).collect(),
+                    prefill_requests: prefill
+                        .into_iter()
+                        .map(|e| e.request_id.to_string())
+                        .collect(),
                     own_draft,
                 })
             })
