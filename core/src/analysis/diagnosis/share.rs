@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::span_fit::{DecodeSteps, SpanFit};
+use super::span_fit::{self, DecodeSteps, SpanFit};
 use super::{Context, duration, ms};
 use crate::model::{Iteration, Nanos, Phase};
 
@@ -236,9 +236,10 @@ impl Shares {
             .get_or_insert_with(|| Arc::new(SpanFit::new(ctx, DecodeSteps::default())))
             .clone();
         let part = fit.steps.prefill_part(from, to);
-        for (a, b, active) in fit.segments(from, to) {
-            let weight: f64 = active.iter().map(|i| i.intensity).sum();
-            for i in active {
+        for (a, b, active) in span_fit::segments(&fit.intervals, from, to) {
+            let weight: f64 = active.iter().map(|&k| fit.intervals[k].intensity).sum();
+            for k in active {
+                let i = &fit.intervals[k];
                 let held = ((b - a) as f64 * part * i.intensity / weight) as Nanos;
                 let id = ctx.others[i.other].request_id.as_str();
                 if id == victim {

@@ -102,55 +102,43 @@ impl SpanFit {
         fit(&mut intervals);
         SpanFit { intervals, steps }
     }
+}
 
-    /// The elementary segments of [from, to): each with the intervals active in it.
-    pub fn segments(
-        &self,
-        from: Nanos,
-        to: Nanos,
-    ) -> impl Iterator<Item = (Nanos, Nanos, Vec<&Interval>)> {
-        let inside: Vec<&Interval> = self
-            .intervals
-            .iter()
-            .filter(|i| i.end > from && i.start < to)
-            .collect();
-        let mut cuts: Vec<Nanos> = inside
-            .iter()
-            .flat_map(|i| [i.start.max(from), i.end.min(to)])
-            .collect();
-        cuts.sort_unstable();
-        cuts.dedup();
-        let segments: Vec<_> = cuts
-            .windows(2)
-            .map(|w| {
-                let active = inside
-                    .iter()
-                    .copied()
-                    .filter(|i| i.start <= w[0] && i.end >= w[1])
-                    .collect::<Vec<_>>();
-                (w[0], w[1], active)
-            })
-            .filter(|(.., a)| !a.is_empty())
-            .collect();
-        segments.into_iter()
-    }
+/// The elementary segments of [from, to) that some interval covers, each with the indices of the
+/// intervals active in it.
+pub(super) fn segments(
+    intervals: &[Interval],
+    from: Nanos,
+    to: Nanos,
+) -> Vec<(Nanos, Nanos, Vec<usize>)> {
+    let inside: Vec<usize> = (0..intervals.len())
+        .filter(|&k| intervals[k].end > from && intervals[k].start < to)
+        .collect();
+    let mut cuts: Vec<Nanos> = inside
+        .iter()
+        .flat_map(|&k| [intervals[k].start.max(from), intervals[k].end.min(to)])
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts.windows(2)
+        .map(|w| {
+            let active: Vec<usize> = inside
+                .iter()
+                .copied()
+                .filter(|&k| intervals[k].start <= w[0] && intervals[k].end >= w[1])
+                .collect();
+            (w[0], w[1], active)
+        })
+        .filter(|(.., a)| !a.is_empty())
+        .collect()
 }
 
 /// Scales each interval's intensity until its time in all (its intensity's part of every
 /// segment it is active in) is its compute's part of the time some interval was active.
 fn fit(intervals: &mut [Interval]) {
-    let mut cuts: Vec<Nanos> = intervals.iter().flat_map(|i| [i.start, i.end]).collect();
-    cuts.sort_unstable();
-    cuts.dedup();
-    let segments: Vec<(f64, Vec<usize>)> = cuts
-        .windows(2)
-        .map(|w| {
-            let active: Vec<usize> = (0..intervals.len())
-                .filter(|&k| intervals[k].start <= w[0] && intervals[k].end >= w[1])
-                .collect();
-            ((w[1] - w[0]) as f64, active)
-        })
-        .filter(|(_, a)| !a.is_empty())
+    let segments: Vec<(f64, Vec<usize>)> = segments(intervals, Nanos::MIN, Nanos::MAX)
+        .into_iter()
+        .map(|(a, b, active)| ((b - a) as f64, active))
         .collect();
     let cost: Vec<f64> = intervals.iter().map(|i| chunk_cost(i.tokens, 0)).collect();
     let busy: f64 = segments.iter().map(|s| s.0).sum();
