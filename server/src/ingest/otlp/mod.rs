@@ -175,13 +175,12 @@ impl Mapping {
         Ok(None)
     }
 
-    /// `r` mapped from `span`, with its tenant.
-    fn served(
+    /// `r`, mapped from `span`, with its tenant.
+    fn with_tenant(
         &self,
         span: &Span,
-        r: Result<tokenscope_core::model::RequestTrace, FieldError>,
+        mut r: tokenscope_core::model::RequestTrace,
     ) -> Result<tokenscope_core::model::RequestTrace, FieldError> {
-        let mut r = r?;
         r.served.tenant = self.tenant(span)?;
         Ok(r)
     }
@@ -235,8 +234,9 @@ pub fn decode(
             if res.engine == EngineKind::Other && span.name == "llm_request" {
                 res.engine = EngineKind::Vllm;
             }
-            let r = request_span::request(span, None, &mut out.warnings);
-            match finish(mapping.served(span, r)) {
+            let r = request_span::request(span, None, &mut out.warnings)
+                .and_then(|r| mapping.with_tenant(span, r));
+            match finish(r) {
                 Ok(r) => batches.push(&res, span, item, r),
                 Err(e) => out.decoded.reject(ItemKind::Request, &item, e),
             }
@@ -281,7 +281,8 @@ fn map_sglang(
         };
         let item = label_sglang(at, root);
         match sglang::request(root, &descendants, &mut out.warnings)
-            .and_then(|(r, role)| finish(mapping.served(root, Ok(r))).map(|r| (r, role)))
+            .and_then(|(r, role)| Ok((mapping.with_tenant(root, r)?, role)))
+            .and_then(|(r, role)| finish(Ok(r)).map(|r| (r, role)))
         {
             Ok((r, role)) => {
                 let mut res = Resource {
