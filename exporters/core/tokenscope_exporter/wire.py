@@ -118,15 +118,6 @@ def batch_entry(request_ref: int, phase: int, tokens: int, prefill_offset: int, 
     )
 
 
-def with_drafts(batch: bytes, drafts: dict) -> bytes:
-    """`batch` with the entries of the requests in `drafts` (request_ref → (draft, accepted))
-    carrying their draft counts."""
-    return b"".join(
-        batch_entry(ref, phase, tokens, offset, *drafts.get(ref, (draft, accepted)))
-        for ref, phase, tokens, offset, draft, accepted in read_batch(batch)
-    )
-
-
 def read_batch(batch: bytes):
     """The (request_ref, phase, tokens, prefill_offset, draft, accepted) of each entry
     `batch_entry` wrote."""

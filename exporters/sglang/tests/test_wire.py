@@ -22,9 +22,6 @@ def test_batch_entries_read_back_as_written():
     entries = [(1, wire.PHASE_PREFILL, 512, 1024, 0, 0), (300, wire.PHASE_DECODE, 1, 0, 0, 0), (2, wire.PHASE_DECODE, 5, 0, 4, 2)]
     batch = b"".join(wire.batch_entry(*e) for e in entries)
     assert list(wire.read_batch(batch)) == entries
-    # Draft counts set after the step was encoded (the vLLM plugin learns them from its output).
-    plain = b"".join(wire.batch_entry(*e[:4]) for e in entries[:2])
-    assert list(wire.read_batch(wire.with_drafts(plain, {300: (3, 3)}))) == [entries[0], (300, wire.PHASE_DECODE, 1, 0, 3, 3)]
 
 
 def test_request_refs_number_each_export_from_one():
@@ -46,3 +43,16 @@ def test_request_refs_number_each_export_from_one():
     ]
     # A batch numbered against the current list is sent as it is.
     assert refs.current(moved, refs.ids) is moved
+
+
+def test_speculative_entries_are_cached_per_export_and_renumbered_after_a_send():
+    refs = RequestRefs()
+    refs.entry("x", wire.PHASE_PREFILL, 8, 0)
+    first = refs.speculative_entry("s", 4, 3, 2)
+    assert refs.speculative_entry("s", 4, 3, 2) is first, "one encoding per export and count"
+    assert list(wire.read_batch(first)) == [(2, wire.PHASE_DECODE, 4, 0, 3, 2)]
+    assert list(wire.read_batch(refs.speculative_entry("s", 4, 3, 0))) == [(2, wire.PHASE_DECODE, 4, 0, 3, 0)]
+    refs.take()
+    # The next export numbers from one: the cached entry, numbered against the old list, is gone.
+    assert list(wire.read_batch(refs.speculative_entry("s", 4, 3, 2))) == [(1, wire.PHASE_DECODE, 4, 0, 3, 2)]
+    assert refs.ids == ["s"]

@@ -37,8 +37,13 @@ from vllm.v1.outputs import LogprobsLists  # noqa: E402
 import tokenscope_vllm  # noqa: E402
 
 
+# Speculative decoding (`--spec K`): K drafts a step for every request, of which each step
+# accepts `k % (K + 1)` (request k's): a spread from none to all.
+SPEC = 0
+
+
 def scheduler(cls, batch: int, logprobs: int | None):
-    s = engine.make_scheduler(cls, max_num_seqs=batch, max_num_batched_tokens=16384, num_blocks=40000)
+    s = engine.make_scheduler(cls, max_num_seqs=batch, max_num_batched_tokens=16384, num_blocks=40000, spec_tokens=SPEC)
     for i in range(batch):
         s.add_request(engine.make_request(f"req-{i:04d}-{'x' * 24}", 64, 100000, logprobs=logprobs))
     return s
@@ -57,9 +62,13 @@ def step(s, k: int, logprobs: int | None) -> int:
             np.full((len(ids), logprobs + 1), -0.5, dtype=np.float32),
             np.ones(len(ids), dtype=np.int64),
         )
-    mro = engine.model_runner_output(ids, [[1000 + (k + i) % 300] for i in range(len(ids))], lp)
+    spec = so.scheduled_spec_decode_tokens
+    rows = [[1000 + (k + i + j) % 300 for j in range(1 + (i % (SPEC + 1) if rid in spec else 0))] for i, rid in enumerate(ids)]
+    mro = engine.model_runner_output(ids, rows, lp)
     t2 = time.perf_counter_ns()
     s.update_from_output(so, mro)
+    if SPEC:
+        s.update_draft_token_ids(engine.DraftTokenIds(ids, [[3000 + j for j in range(SPEC)] for _ in ids]))
     return (t1 - t0) + (time.perf_counter_ns() - t2)
 
 
@@ -114,9 +123,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--logprobs", type=int, default=0, help="top-k logprobs per token (0: none)")
+    ap.add_argument("--spec", type=int, default=0, help="speculative decoding: draft tokens a step (0: none)")
     a = ap.parse_args()
+    global SPEC
+    SPEC = a.spec
     lp = a.logprobs or None
-    print(f"vLLM scheduler (CPU), batch {a.batch} decoding, logprobs {a.logprobs}")
+    print(f"vLLM scheduler (CPU), batch {a.batch} decoding, logprobs {a.logprobs}, drafts {a.spec}")
     print(f"  1. hooks on the engine's thread:                    {hooks_per_step(a.batch) / 1e3:8.1f} µs/step")
     cpu = [exporter_per_step(a.batch, lp, a.steps) for _ in range(a.rounds)]
     print(f"  2. exporter thread CPU, steady decoding:            {statistics.median(cpu) / 1e3:8.1f} µs/step")

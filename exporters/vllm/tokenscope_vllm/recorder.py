@@ -74,6 +74,9 @@ class Step:
     waiting: int
     kv_cache_usage: float
     end_ns: int = 0
+    # Speculative decoding: the ids of the requests that verify drafts in the step (their tokens
+    # in `ran`), encoded once the output says how many were accepted (not in `batch`).
+    spec: list = field(default_factory=list)
     # Speculative decoding: the tokens the step made for each request that verified drafts
     # (accepted + 1); every other request in it made one.
     made: dict | None = None
@@ -251,10 +254,10 @@ class Recorder:
         new = so.scheduled_new_reqs
         if so.total_num_scheduled_tokens == len(counts) and not new:
             # A decode step: every request computes its next token.
-            batch, prefills, silent = self._decode_batch(cached.req_ids), [], frozenset()
+            batch, prefills, silent, spec = self._decode_batch(cached.req_ids), [], frozenset(), []
         else:
-            batch, prefills, silent = self._mixed_batch(new, cached, counts, start_ns, it)
-        self.pending[id(so)] = Step(it, start_ns, counts, batch, self.refs.ids, prefills, silent, running, waiting, kv_usage)
+            batch, prefills, silent, spec = self._mixed_batch(so, counts, start_ns, it)
+        self.pending[id(so)] = Step(it, start_ns, counts, batch, self.refs.ids, prefills, silent, running, waiting, kv_usage, spec=spec)
 
     def updated(self, so, outputs, done, end_ns: int, logprobs=None, req_ids=None, made=None) -> None:
         """A step's model output has been applied: the step ends; `done` finished in it.
@@ -269,8 +272,8 @@ class Recorder:
         # The window keeps the step, not its encoding; numbered for the export it goes in.
         batch, step.batch = self.refs.current(step.batch, step.ids), b""
         step.ids = []
-        if made is not None and req_ids is not None:
-            batch = self._drafts(step, batch, so.scheduled_spec_decode_tokens, req_ids, made)
+        if step.spec:
+            batch += self._drafts(step, getattr(so, "scheduled_spec_decode_tokens", None) or {}, req_ids, made)
         for r, tokens in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
         self.iterations_out.append(
@@ -291,19 +294,21 @@ class Recorder:
             if r is not None:
                 self._finish(r, end_ns)
 
-    def _drafts(self, step: Step, batch: bytes, spec: dict, req_ids: list, made: list) -> bytes:
-        """The step's batch with each speculative request's drafts and how many it accepted: as
-        vLLM counts them, every token the model runner kept but its own last one. The step
-        keeps how many tokens it made for each (`Step.made`), to time them."""
-        index = {rid: i for i, rid in enumerate(req_ids)}
-        drafts, step.made = {}, {}
-        for rid, draft_ids in spec.items():
-            i = index.get(rid)
-            if i is None or not draft_ids or rid not in self.records or not made[i]:
-                continue
-            step.made[rid] = made[i]
-            drafts[self.refs.ref(rid)] = (len(draft_ids), min(made[i] - 1, len(draft_ids)))
-        return wire.with_drafts(batch, drafts) if drafts else batch
+    def _drafts(self, step: Step, spec: dict, req_ids, made) -> bytes:
+        """The entries of the step's speculative requests, with each one's drafts and how many it
+        accepted: as vLLM counts them, every token the model runner kept but its own last one.
+        The step keeps how many tokens it made for each (`Step.made`), to time them. Comprehensions
+        over the batch: one Python loop's overhead per request was most of a speculative step's cost."""
+        made_by = dict(zip(req_ids, made)) if made is not None and req_ids is not None else {}
+        step.made = {rid: n for rid in step.spec if spec.get(rid) and (n := made_by.get(rid, 0))}
+        entry, ran, made = self.refs.speculative_entry, step.ran, step.made
+        step.spec, ids = [], step.spec
+        return b"".join(
+            [
+                entry(rid, ran[rid], len(spec[rid]), min(made[rid] - 1, len(spec[rid]))) if rid in made else entry(rid, ran[rid], 0, 0)
+                for rid in ids
+            ]
+        )
 
     def _keep_logprobs(self, step: Step, outputs, logprobs, req_ids) -> None:
         """A step's logprobs: the batch's arrays whole when each row is one token; otherwise
@@ -339,10 +344,11 @@ class Recorder:
         # Requests whose arrival was dropped with a full buffer are left out.
         return self.refs.decode_batch(req_ids, self.records)
 
-    def _mixed_batch(self, new, cached, counts, start_ns: int, it: int):
-        """A step with prefill chunks or new requests: those one by one, the rest joined."""
-        records = self.records
-        entries, prefills, silent = [], [], set()
+    def _mixed_batch(self, so, counts, start_ns: int, it: int):
+        """A step with prefill chunks, new requests or drafts to verify: those one by one, the
+        rest joined."""
+        records, new, cached = self.records, so.scheduled_new_reqs, so.scheduled_cached_reqs
+        entries, prefills, silent, spec = [], [], set(), []
         for nr in new:
             r = records.get(nr.req_id)
             if r is None:
@@ -357,15 +363,24 @@ class Recorder:
                 r.first_scheduled_ns = start_ns
                 r.first_iteration = it
                 r.cached_tokens = nr.num_computed_tokens
-            self._entry(r, counts.get(nr.req_id, 0), nr.num_computed_tokens, made, entries, prefills, silent)
+            self._entry(r, counts.get(nr.req_id, 0), nr.num_computed_tokens, made, entries, prefills, silent, spec)
         new_ids = {nr.req_id for nr in new}
         odd = [rid for rid, n in counts.items() if n != 1 and rid not in new_ids]
         req_ids = cached.req_ids
-        for rid in odd:
+        # Its last token and the drafts after it: vLLM drafts only for decoding requests.
+        drafts = getattr(so, "scheduled_spec_decode_tokens", None) or {}
+        spec = [rid for rid in odd if rid in drafts and counts[rid] == 1 + len(drafts[rid]) and rid in records]
+        if spec:
+            verifying = set(spec)
+            odd_rest = [rid for rid in odd if rid not in verifying]
+        else:
+            odd_rest = odd
+        at = {rid: i for i, rid in enumerate(req_ids)} if len(odd_rest) > 8 else None
+        for rid in odd_rest:
             r = records.get(rid)
             if r is not None:
-                i = req_ids.index(rid)
-                self._entry(r, counts[rid], cached.num_computed_tokens[i], cached.num_output_tokens[i], entries, prefills, silent)
+                i = at[rid] if at is not None else req_ids.index(rid)
+                self._entry(r, counts[rid], cached.num_computed_tokens[i], cached.num_output_tokens[i], entries, prefills, silent, spec)
         # The decoding rest in one join: the odd ones' decode entries blanked meanwhile.
         decode = self.refs.decode_entries
         saved = {rid: decode[rid] for rid in odd if rid in decode}
@@ -374,11 +389,12 @@ class Recorder:
         for rid in odd:
             del decode[rid]
         decode.update(saved)
-        return batch, prefills, frozenset(silent)
+        return batch, prefills, frozenset(silent), spec
 
-    def _entry(self, r: Record, tokens: int, before: int, made: int, entries: list, prefills: list, silent: set) -> None:
+    def _entry(self, r: Record, tokens: int, before: int, made: int, entries: list, prefills: list, silent: set, spec: list) -> None:
         """A request that computes more than one token, or is new to the batch; `made` is how
-        many tokens it had made when the step was scheduled."""
+        many tokens it had made when the step was scheduled. A decode of several tokens verifies
+        drafts: it goes to `spec`, encoded when the step's output is in."""
         # Everything before the last sampled token is prompt (or, after a preemption, recomputed
         # prompt and output); computing past it is decoding (several tokens: speculative).
         if before < r.prompt_tokens + max(0, made - 1):
@@ -386,6 +402,8 @@ class Recorder:
             prefills.append((r, tokens))
             if before + tokens < r.prompt_tokens + made:  # short of the prompt's end: no token
                 silent.add(r.request_id)
+        elif tokens > 1:
+            spec.append(r.request_id)
         else:
             entries.append(self.refs.entry(r.request_id, wire.PHASE_DECODE, tokens, 0))
 
