@@ -30,6 +30,11 @@ pub struct RequestSummary {
     /// are being worked out (data around it arrived within the settle time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub causes: Option<Vec<String>>,
+    /// Whom it was served for, and through which LoRA adapter (when the engine said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_adapter: Option<String>,
 }
 
 /// A request whose stored findings name another as a culprit (`GET …/victims`).
@@ -59,6 +64,11 @@ pub struct RequestList {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestDetail {
+    /// For whom, through which adapter, at which priority, what the prefix cache served. Before
+    /// `summary`: both are flattened and a list row's summary names the tenant and adapter too;
+    /// read back, the first flattened field takes a key (the detail leaves the summary's unset).
+    #[serde(flatten)]
+    pub served: Served,
     #[serde(flatten)]
     pub summary: RequestSummary,
     pub role: Role,
@@ -68,9 +78,6 @@ pub struct RequestDetail {
     pub cached_tokens: u32,
     pub sampling: SamplingParams,
     pub preemptions: u32,
-    /// For whom, through which adapter, at which priority, what the prefix cache served.
-    #[serde(flatten)]
-    pub served: Served,
     pub stages: Vec<Stage>,
     pub tokens: Vec<TokenView>,
     /// A PD request's parts in order (prefilled on one instance, decoded on another), when its

@@ -71,8 +71,8 @@ test("the explorer lists the demo data; sorting, SLO filter, paging and find wor
   const rows = page.getByTestId("requests").locator("tbody tr");
   await expect(rows).toHaveCount(100);
   await expect(page.getByTestId("pager")).toContainText(/1–100 of [\d,]+ requests/);
-  const tpots = async () =>
-    (await page.getByTestId("requests").locator("tbody tr td:nth-child(5)").allInnerTexts()).slice(0, 20);
+  const tpots = async () => // the 6th column: request, instance, tenant, arrival, TTFT, TPOT
+    (await page.getByTestId("requests").locator("tbody tr td:nth-child(6)").allInnerTexts()).slice(0, 20);
   const msOf = (t: string) => (t.endsWith(" s") ? parseFloat(t) * 1000 : t.endsWith("µs") ? parseFloat(t) / 1000 : parseFloat(t));
   const desc = (await tpots()).map(msOf);
   expect(desc).toEqual([...desc].sort((a, b) => b - a)); // slowest first by default

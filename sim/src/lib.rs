@@ -19,6 +19,7 @@ pub mod load;
 mod rng;
 mod run;
 pub mod scenarios;
+pub mod tenants;
 
 pub use args::SimArgs;
 pub use error::{Error, Result};
@@ -74,6 +75,7 @@ pub fn traffic_events(
     engine::stream(&cfg, reqs, &mut rng, first_iteration, &mut |mut e| {
         if let Event::Finished(r) = &mut e {
             scenarios::give_words(r, scenarios::traffic_ending(&r.request_id), &mut words);
+            tenants::serve(r);
         }
         emit(e)
     })
@@ -88,6 +90,9 @@ pub fn all_scenarios(start: Nanos, gap: Nanos, seed: u64) -> (Vec<InstanceRun>, 
             .expect("named scenario exists");
         runs.extend(s.runs);
         truths.push(s.truth);
+    }
+    for r in runs.iter_mut().flat_map(|r| &mut r.output.requests) {
+        tenants::serve(r);
     }
     (runs, truths)
 }

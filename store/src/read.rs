@@ -67,6 +67,8 @@ pub struct RequestRow {
     /// The stored diagnosis's causes (empty: healthy); `None` while data touching the request
     /// waits for the findings worker.
     pub causes: Option<Vec<String>>,
+    pub tenant: Option<String>,
+    pub lora_adapter: Option<String>,
 }
 
 /// An instance as it last reported.
@@ -101,6 +103,10 @@ pub struct RequestFilter {
     pub slo_ns: (Nanos, Nanos),
     /// Only requests whose stored diagnosis has this cause (`queue_backlog`).
     pub cause: Option<String>,
+    /// Slices: the tenant, LoRA adapter and priority the request was served with.
+    pub tenant: Option<String>,
+    pub lora_adapter: Option<String>,
+    pub priority: Option<i32>,
     pub order: Order,
     pub limit: i64,
     pub offset: i64,
@@ -110,6 +116,11 @@ impl RequestFilter {
     /// The instances to match, or `None` for any (as the queries take them).
     pub fn instance_list(&self) -> Option<&[String]> {
         (!self.instances.is_empty()).then_some(&self.instances[..])
+    }
+
+    /// Whether a tenant, adapter or priority narrows the requests.
+    pub fn sliced(&self) -> bool {
+        self.tenant.is_some() || self.lora_adapter.is_some() || self.priority.is_some()
     }
 }
 
@@ -192,11 +203,12 @@ impl Store {
                SELECT r.request_id, r.instance_id, r.finished_ns, i.engine, i.instance_key, m.name AS model,
                       r.arrival_ns, r.ttft_ns, r.tpot_ns,
                       r.e2e_ns, r.queue_ns, r.prompt_tokens, r.output_tokens, r.finish_reason,
+                      r.tenant, r.lora_adapter,
                       count(*) OVER () AS "total!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3)
+                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text IS NULL OR r.tenant = $17) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($19::int IS NULL OR r.priority = $19)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
@@ -229,6 +241,9 @@ impl Store {
             f.offset,
             f.engine_version,
             f.cause,
+            f.tenant,
+            f.lora_adapter,
+            f.priority,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -254,6 +269,8 @@ impl Store {
                 output_tokens: count(r.output_tokens),
                 finish_reason: FinishReason::parse(&r.finish_reason).unwrap_or_default(),
                 causes: (!r.pending).then(|| r.causes.unwrap_or_default()),
+                tenant: r.tenant,
+                lora_adapter: r.lora_adapter,
             })
             .collect();
         Ok((page, total))
@@ -308,7 +325,7 @@ impl Store {
                       r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
-                 AND ($3::text IS NULL OR m.name = $3) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text IS NULL OR r.tenant = $10) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($6, $7::text))
                ORDER BY r.arrival_ns, r.request_id
                LIMIT $8"#,
@@ -320,7 +337,10 @@ impl Store {
             after.map(|a| a.0),
             after.map(|a| a.1.as_str()),
             limit,
-            f.engine_version
+            f.engine_version,
+            f.tenant,
+            f.lora_adapter,
+            f.priority,
         )
         .fetch_all(&self.pool)
         .await?;

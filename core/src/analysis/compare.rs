@@ -122,6 +122,13 @@ pub struct CompareSide {
     pub engine: Option<String>,
     pub engine_version: Option<String>,
     pub model: Option<String>,
+    /// The side's slice: tenant, LoRA adapter and priority (each when set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_adapter: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
     pub from_ns: Nanos,
     pub to_ns: Nanos,
     pub requests: u64,
@@ -186,6 +193,9 @@ mod tests {
             engine: None,
             engine_version: None,
             model: None,
+            tenant: None,
+            lora_adapter: None,
+            priority: None,
             from_ns: 0,
             to_ns: 1,
             requests: 100,

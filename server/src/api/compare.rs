@@ -18,10 +18,12 @@ use crate::query::latency;
 use crate::store::{RequestFilter, Store};
 
 /// A side without a window: B is the hour (or `span_s`) before the newest request, A the same
-/// length before B.
+/// length before B, or B's own window when the sides are different slices (tenant, adapter,
+/// priority).
 const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
 
-/// `a_instance=&a_engine=&a_engine_version=&a_model=&a_from=&a_to=` and the same with `b_`, plus `width_px`
+/// `a_instance=&a_engine=&a_engine_version=&a_model=&a_tenant=&a_adapter=&a_priority=&a_from=&a_to=`
+/// and the same with `b_`, plus `width_px`
 /// (of the charts), `ttft_ms` and `tpot_ms` (the SLOs of both sides), and `span_s`: the length
 /// of a side whose window is not given (default an hour).
 pub(super) async fn compare(
@@ -54,7 +56,11 @@ pub(super) async fn compare(
     let b_from = *b.from_ns.get_or_insert(b_to - span);
     ordered(&b, "b")?;
     let mut a = side(&mut p, "a")?;
-    let a_to = *a.to_ns.get_or_insert(b_from);
+    // Two tenants (adapters, priorities) compare over the same time; otherwise A is before B.
+    let same_time = a.from_ns.is_none()
+        && a.to_ns.is_none()
+        && (a.tenant != b.tenant || a.lora_adapter != b.lora_adapter || a.priority != b.priority);
+    let a_to = *a.to_ns.get_or_insert(if same_time { b_to } else { b_from });
     a.from_ns.get_or_insert(a_to - (b_to - b_from));
     ordered(&a, "a")?;
     let a = latency::compare_side(&store, &a, width, &th).await?;
@@ -86,6 +92,9 @@ fn side(p: &mut HashMap<String, String>, prefix: &str) -> Result<RequestFilter> 
         engine: take("engine"),
         engine_version: take("engine_version"),
         model: take("model"),
+        tenant: take("tenant"),
+        adapter: take("adapter"),
+        priority: take("priority"),
         from: take("from"),
         to: take("to"),
         ..ListParams::default()

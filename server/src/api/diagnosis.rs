@@ -57,6 +57,9 @@ pub(super) async fn diagnose_window(
         instances: list(p.instance.clone()),
         from_ns: parse_int("from", p.from.as_deref())?,
         to_ns: parse_int("to", p.to.as_deref())?,
+        tenant: super::non_empty(p.tenant.clone()),
+        lora_adapter: super::non_empty(p.adapter.clone()),
+        priority: super::parse_num("priority", &p.priority)?,
         ..RequestFilter::default()
     };
     let diagnoses = crate::query::diagnosis::window(&store, &filter, &th, limit).await?;

@@ -99,6 +99,10 @@ pub struct ListParams {
     slo: Option<String>,
     /// A cause of the stored findings (`queue_backlog`).
     cause: Option<String>,
+    /// Slices: the tenant, LoRA adapter and priority requests were served with.
+    tenant: Option<String>,
+    adapter: Option<String>,
+    priority: Option<String>,
     ttft_ms: Option<String>,
     tpot_ms: Option<String>,
     order: Option<String>,
@@ -198,6 +202,9 @@ impl ListParams {
             slo_breach,
             slo_ns: ((th.ttft_ms * 1e6) as i64, (th.tpot_ms * 1e6) as i64),
             cause,
+            tenant: non_empty(self.tenant),
+            lora_adapter: non_empty(self.adapter),
+            priority: parse_num("priority", &self.priority)?,
             order,
             limit,
             offset,
@@ -212,6 +219,10 @@ struct ThresholdParams {
     from: Option<String>,
     to: Option<String>,
     limit: Option<String>,
+    /// Slices of a window's listing (as a request list's).
+    tenant: Option<String>,
+    adapter: Option<String>,
+    priority: Option<String>,
     ttft_ms: Option<String>,
     tpot_ms: Option<String>,
     eos_probability: Option<String>,

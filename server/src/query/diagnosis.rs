@@ -107,7 +107,8 @@ pub async fn window(
     let stored_fits = *th == Thresholds::default()
         && f.engine.is_none()
         && f.engine_version.is_none()
-        && f.model.is_none();
+        && f.model.is_none()
+        && !f.sliced();
     if !stored_fits {
         return computed(store, f, th, limit).await;
     }
@@ -129,6 +130,18 @@ pub async fn window(
         out.push((worst(&d), row.excess, d));
     }
     Ok(worst_first(out, limit))
+}
+
+/// Whether `t` was served to `f`'s tenant, through its adapter, at its priority (each when set).
+fn in_slice(f: &RequestFilter, t: &RequestTrace) -> bool {
+    let s = &t.served;
+    f.tenant
+        .as_ref()
+        .is_none_or(|x| s.tenant.as_ref() == Some(x))
+        && f.lora_adapter
+            .as_ref()
+            .is_none_or(|x| s.lora_adapter.as_ref() == Some(x))
+        && f.priority.is_none_or(|x| s.priority == Some(x))
 }
 
 /// The ids of `f`'s instances (`None`: any).
@@ -179,7 +192,9 @@ pub(super) async fn unsettled(
         while let Some(page) = pages.next().await? {
             let traces: Vec<&RequestTrace> = page
                 .iter()
-                .filter(|l| f.model.as_deref().is_none_or(|m| l.model == m))
+                .filter(|l| {
+                    f.model.as_deref().is_none_or(|m| l.model == m) && in_slice(f, &l.trace)
+                })
                 .map(|l| &l.trace)
                 .filter(|t| t.arrival_ns >= from && t.arrival_ns < to)
                 .collect();

@@ -30,6 +30,8 @@ fn summary(r: RequestRow) -> RequestSummary {
         output_tokens: r.output_tokens,
         finish_reason: r.finish_reason,
         causes: r.causes,
+        tenant: r.tenant,
+        lora_adapter: r.lora_adapter,
     }
 }
 
@@ -179,6 +181,9 @@ pub fn detail(loaded: Loaded, loads: &[StepLoad], th: &Thresholds) -> RequestDet
             output_tokens: trace.output_tokens,
             finish_reason: trace.finish_reason,
             causes: None,
+            // The detail's `served` carries them (one key each in the JSON).
+            tenant: None,
+            lora_adapter: None,
         },
         role,
         trace_id: trace.trace_id.clone(),

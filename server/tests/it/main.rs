@@ -29,6 +29,7 @@ mod replicas;
 mod security_headers;
 mod shutdown;
 mod sim_scenarios;
+mod slices;
 mod speculation;
 mod texts_by_id;
 mod waterfall_lane;

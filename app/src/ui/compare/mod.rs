@@ -15,17 +15,21 @@ use crate::api::{CompareSide, Comparison, Delta, HistogramBin};
 use crate::query::build;
 
 /// The parameters a comparison is made of, as they stand in the page's URL and the API's.
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 16] = [
     "a_instance",
     "a_engine",
     "a_engine_version",
     "a_model",
+    "a_tenant",
+    "a_adapter",
     "a_from",
     "a_to",
     "b_instance",
     "b_engine",
     "b_engine_version",
     "b_model",
+    "b_tenant",
+    "b_adapter",
     "b_from",
     "b_to",
 ];
@@ -104,6 +108,8 @@ fn side_name(s: &CompareSide, zone: &Zone) -> String {
         s.model.clone(),
         s.engine.clone(),
         s.engine_version.clone(),
+        s.tenant.as_ref().map(|t| format!("tenant {t}")),
+        s.lora_adapter.as_ref().map(|a| format!("adapter {a}")),
     ]
     .into_iter()
     .flatten()

@@ -1,5 +1,6 @@
-//! The explorer's filter bar: instances, model, engine, range (presets and absolute, in the
-//! viewer's zone), SLO, and the find box for a request id or trace id.
+//! The explorer's filter bar: instances, model, engine, SLO, cause, the slices (tenant, adapter,
+//! priority), range (presets and absolute, in the viewer's zone), and the find box for a request
+//! id or trace id.
 
 use leptos::html;
 use leptos::prelude::*;
@@ -119,6 +120,22 @@ pub fn Filters(
         })
         .collect_view();
     let (qf, qt) = (q.from, q.to);
+    // A slice's text box applies when it changes (Enter or leaving it): the URL keeps it.
+    let slice = move |label: &'static str,
+                      current: String,
+                      placeholder: &'static str,
+                      set: fn(&mut ExplorerQuery, String)| {
+        view! {
+            <label class="field">{label}
+                <input type="search" class="slice" data-testid=format!("{}-filter", label.to_lowercase())
+                    placeholder=placeholder value=current
+                    on:change=move |ev| {
+                        let v = event_target_value(&ev).trim().to_string();
+                        go.run(query.get_value().with(|q| set(q, v)));
+                    }/>
+            </label>
+        }
+    };
     view! {
         <section class="panel filters" data-testid="filters">
             <div class="filter-row">
@@ -152,6 +169,9 @@ pub fn Filters(
                         {causes}
                     </select>
                 </label>
+                {slice("Tenant", q.tenant.clone(), "any", |q, v| q.tenant = v)}
+                {slice("Adapter", q.adapter.clone(), "any", |q, v| q.adapter = v)}
+                {slice("Priority", q.priority.clone(), "any", |q, v| q.priority = v)}
                 <form class="find" on:submit=find action="/" method="get">
                     <input node_ref=find_in name="find" type="search" data-testid="find"
                         placeholder="Find a request id or trace id…" value=q.find.clone()/>

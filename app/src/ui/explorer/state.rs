@@ -32,6 +32,10 @@ pub struct ExplorerQuery {
     pub slo: String,
     /// A cause of the stored findings (`queue_backlog`), or empty.
     pub cause: String,
+    /// Slices: the tenant, LoRA adapter and priority requests were served with; empty = any.
+    pub tenant: String,
+    pub adapter: String,
+    pub priority: String,
     pub order: String,
     pub page: u32,
     pub find: String,
@@ -56,6 +60,9 @@ impl ExplorerQuery {
             to: n("to"),
             slo: s("slo"),
             cause: s("cause"),
+            tenant: s("tenant"),
+            adapter: s("adapter"),
+            priority: s("priority"),
             order: get("order").unwrap_or_else(|| DEFAULT_ORDER.into()),
             page: n("page").unwrap_or(0) as u32,
             find: s("find"),
@@ -81,6 +88,9 @@ impl ExplorerQuery {
                 ("to", opt(self.to)),
                 ("slo", self.slo.clone()),
                 ("cause", self.cause.clone()),
+                ("tenant", self.tenant.clone()),
+                ("adapter", self.adapter.clone()),
+                ("priority", self.priority.clone()),
                 ("order", order),
                 ("page", opt((self.page > 0).then_some(self.page))),
                 ("find", self.find.clone()),
@@ -105,13 +115,16 @@ impl ExplorerQuery {
         (self.from, self.to)
     }
 
-    /// The instance, engine, version and model filters as API parameters.
+    /// The instance, engine, version, model and slice filters as API parameters.
     pub fn filters(&self) -> Vec<(&'static str, String)> {
         vec![
             ("instance", self.instance.clone()),
             ("engine", self.engine.clone()),
             ("engine_version", self.version.clone()),
             ("model", self.model.clone()),
+            ("tenant", self.tenant.clone()),
+            ("adapter", self.adapter.clone()),
+            ("priority", self.priority.clone()),
         ]
     }
 
@@ -155,6 +168,7 @@ mod tests {
             range: "1h".into(),
             slo: "breach".into(),
             cause: "queue_backlog".into(),
+            tenant: "acme </title><script>x</script>".into(),
             order: "e2e_asc".into(),
             page: 2,
             ..ExplorerQuery::default()
@@ -162,7 +176,7 @@ mod tests {
         let href = q.href();
         assert_eq!(
             href,
-            "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&cause=queue_backlog&order=e2e_asc&page=2"
+            "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&cause=queue_backlog&tenant=acme%20%3C%2Ftitle%3E%3Cscript%3Ex%3C%2Fscript%3E&order=e2e_asc&page=2"
         );
         let pairs = crate::query::parse(href.trim_start_matches('/'));
         let lookup = |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone());

@@ -120,7 +120,7 @@ pub fn Requests(data: ExplorerData, query: ExplorerQuery) -> impl IntoView {
             {empty}
             <table class="grid" data-testid="requests">
                 <thead><tr>
-                    <th>"Request"</th><th>"Instance"</th>{header}<th>"Finish"</th><th>"SLO"</th><th>"Cause"</th><th></th>
+                    <th>"Request"</th><th>"Instance"</th><th>"Tenant"</th>{header}<th>"Finish"</th><th>"SLO"</th><th>"Cause"</th><th></th>
                 </tr></thead>
                 <tbody>{rows}</tbody>
             </table>
@@ -150,6 +150,26 @@ fn cause_cell(causes: Option<Vec<String>>, query: &ExplorerQuery) -> AnyView {
     }
 }
 
+/// The tenant cell: the tenant, linking to its requests, and the LoRA adapter under it.
+fn slice_cell(
+    tenant: Option<String>,
+    adapter: Option<String>,
+    query: &ExplorerQuery,
+) -> impl IntoView + use<> {
+    let tenant = match tenant {
+        Some(t) => {
+            let href = query.with(|q| q.tenant = t.clone()).href();
+            view! { <a href=href title="Only this tenant's requests">{t}</a> }.into_any()
+        }
+        None => view! { <span class="muted">"–"</span> }.into_any(),
+    };
+    let adapter = adapter.map(|a| {
+        let href = query.with(|q| q.adapter = a.clone()).href();
+        view! { <a class="adapter muted" href=href title="Only this LoRA adapter's requests">{a}</a> }
+    });
+    view! { {tenant}{adapter} }
+}
+
 fn row(
     r: RequestSummary,
     ttft_slo: f64,
@@ -170,10 +190,12 @@ fn row(
     let req = request_href(&r.instance, &r.request_id);
     let arrival = r.arrival_ns;
     let cause = cause_cell(r.causes, query);
+    let tenant = slice_cell(r.tenant, r.lora_adapter, query);
     view! {
         <tr data-request=r.request_id.clone()>
             <td class="id"><a href=req.clone() title="Open the request page">{r.request_id.clone()}</a></td>
             <td class="text">{r.instance.clone()}</td>
+            <td class="text" data-testid="tenant-cell">{tenant}</td>
             <td class="time">{move || clock(arrival, &zone.get(), 1_000_000)}</td>
             <td class="num" class:bad=ttft_bad>{ms(r.ttft_ms)}</td>
             <td class="num" class:bad=tpot_bad>{ms(r.tpot_ms)}</td>
