@@ -274,6 +274,33 @@ pub struct NewIncident {
     pub to_ns: Option<Nanos>,
 }
 
+/// Reply of `POST /api/v1/alerts/alertmanager`: the incident each firing alert opened, and the
+/// alerts that opened none, with why.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AlertReply {
+    pub incidents: Vec<AlertIncident>,
+    pub skipped: Vec<AlertSkipped>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AlertIncident {
+    /// Alertmanager's fingerprint of the alert, and its `alertname` label.
+    pub fingerprint: String,
+    pub alertname: String,
+    pub slug: String,
+    /// The incident page's full address.
+    pub url: String,
+    /// Opened by an earlier send of the same alert (same fingerprint and start).
+    pub reused: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AlertSkipped {
+    pub fingerprint: String,
+    pub alertname: String,
+    pub reason: String,
+}
+
 /// Reply of `POST /api/v1/incidents`: where the incident lives.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CreatedIncident {

@@ -130,4 +130,28 @@ impl Store {
         .await?;
         Ok(())
     }
+
+    /// The live (not revoked) incident an alert opened, by its key (fingerprint and start).
+    pub async fn alert_incident(&self, alert_key: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar!(
+            "SELECT a.slug FROM incident_alerts a JOIN incidents i ON i.slug = a.slug
+             WHERE a.alert_key = $1 AND i.revoked_ns IS NULL",
+            alert_key
+        )
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Records that an alert opened `slug` (a revoked one's key now opens a new incident).
+    pub async fn link_alert(&self, alert_key: &str, slug: &str) -> Result<()> {
+        sqlx::query!(
+            "INSERT INTO incident_alerts (alert_key, slug) VALUES ($1, $2)
+             ON CONFLICT (alert_key) DO UPDATE SET slug = EXCLUDED.slug",
+            alert_key,
+            slug
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
 }

@@ -78,7 +78,7 @@ pub(super) async fn revoke(
 }
 
 /// The incident page's full address as the client reached this server.
-fn page_url(headers: &HeaderMap, slug: &str) -> String {
+pub(super) fn page_url(headers: &HeaderMap, slug: &str) -> String {
     let origin = tokenscope_core::links::origin(|n| {
         headers
             .get(n)

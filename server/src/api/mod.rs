@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{ORDER_KEYS, Order, RequestFilter, Store};
 
+mod alerts;
 mod compare;
 mod diagnosis;
 mod export;
@@ -72,6 +73,7 @@ pub fn router(state: AppState, keys: Option<Arc<IngestKeys>>) -> Router {
             get(incidents::as_markdown),
         )
         .route("/incidents/{slug}/{file}", get(incidents::preview_image))
+        .route("/api/v1/alerts/alertmanager", post(alerts::alertmanager))
         .route("/api/v1/diagnosis", get(diagnosis::diagnose_window))
         .route("/api/v1/waterfall", get(waterfall::waterfall))
         .route("/api/v1/latency", get(latency::latency))

@@ -2,6 +2,7 @@
 //! API's types. The HTTP handlers (`api/`) parse parameters and call in here; the store stays
 //! persistence (it imports nothing from analysis or the API).
 
+pub mod alerts;
 pub mod diagnosis;
 pub mod findings;
 pub mod incidents;

@@ -4,6 +4,7 @@
 //! with debug info each), and fifteen of them filled CI's disk and spent minutes linking.
 
 mod access;
+mod alerts;
 mod batch_refs;
 mod budget;
 mod common;
