@@ -2,8 +2,9 @@
 
 Emits vLLM-shaped spans (llm_request with LoongSuite token events) and SGLang-shaped spans (stage
 spans exported before their root, in separate exports) over OTLP/gRPC and OTLP/HTTP, then reads
-the requests back through tokenscope's query API. scripts/test runs it against the e2e server
-(TOKENSCOPE_E2E_URL, TOKENSCOPE_E2E_GRPC).
+the requests back through tokenscope's query API, and `/metrics` through Prometheus's own parser
+(prometheus_client): OpenMetrics with exemplars naming those requests, and the 0.0.4 format.
+scripts/test runs it against the e2e server (TOKENSCOPE_E2E_URL, TOKENSCOPE_E2E_GRPC).
 """
 
 import json
@@ -126,6 +127,32 @@ def check_sglang(rid):
     assert close(d["ttft_ms"], 90) and close(d["queue_ms"], 50) and close(d["tpot_ms"], 20), d
 
 
+def check_metrics(rids):
+    """The latency histograms parse as OpenMetrics, and their exemplars name requests that were sent."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
+    from prometheus_client.parser import text_string_to_metric_families as text_format
+
+    req = urllib.request.Request(f"{HTTP}/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    with urllib.request.urlopen(req) as resp:
+        assert resp.headers["Content-Type"].startswith("application/openmetrics-text"), resp.headers
+        families = {f.name: f for f in openmetrics(resp.read().decode())}  # raises on any error
+    exemplars = {}
+    for name in ("tokenscope_request_ttft_seconds", "tokenscope_request_tpot_seconds"):
+        assert families[name].type == "histogram", families[name]
+        for sample in families[name].samples:
+            if sample.exemplar is not None:
+                exemplars[sample.exemplar.labels["request_id"]] = sample.labels["instance"]
+    missing = [rid for rid in rids if rid not in exemplars]
+    # Each request is the last in its bucket unless a later one fell there too: at least one is.
+    assert len(missing) < len(rids), f"no exemplar names {rids}: {exemplars}"
+    for rid, instance in exemplars.items():
+        if rid in rids:
+            assert get(rid)["instance"] == instance, (rid, instance)
+    with urllib.request.urlopen(f"{HTTP}/metrics") as resp:
+        plain = {f.name for f in text_format(resp.read().decode())}
+    assert "tokenscope_request_ttft_seconds" in plain, plain
+
+
 def main():
     results = []
     stamp = str(time.time_ns())[-9:]
@@ -151,6 +178,9 @@ def main():
     provider, tr = tracer(exporter, {"service.name": "sglang", "host.name": "sdk-node-2"})
     emit_sglang(provider, tr, f"sgl{stamp}grpc", T0 + 3000 * MS)
     cases.append(("SGLang over OTLP/gRPC (gzip), three exports", lambda: check_sglang(f"sgl{stamp}grpc")))
+
+    sent = [f"sdk-vllm-grpc-{stamp}", f"sdk-vllm-http-{stamp}", f"sgl{stamp}http", f"sgl{stamp}grpc"]
+    cases.append(("/metrics: OpenMetrics exemplars name the requests just sent", lambda: check_metrics(sent)))
 
     for name, check in cases:
         try:

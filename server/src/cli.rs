@@ -148,6 +148,10 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub otlp_tenant_attributes: Vec<String>,
+    /// Label `/metrics`' TTFT and TPOT histograms by tenant, for at most this many tenants (the
+    /// first seen; later ones count as `other`): each tenant multiplies the series. 0: no label.
+    #[arg(long, env = "TOKENSCOPE_METRICS_TENANTS", default_value_t = 0)]
+    pub metrics_tenants: usize,
 }
 
 impl ServeArgs {
@@ -171,6 +175,7 @@ impl ServeArgs {
             findings_settle: (self.findings_settle_s > 0.0)
                 .then(|| std::time::Duration::from_secs_f64(self.findings_settle_s)),
             otlp_tenant_attributes: self.otlp_tenant_attributes.clone(),
+            metrics_tenants: self.metrics_tenants,
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct Config {
     /// Span attributes that name a request's tenant, before `tokenscope.tenant`, `user.id` and
     /// `enduser.id` (`--otlp-tenant-attribute`).
     pub otlp_tenant_attributes: Vec<String>,
+    /// How many tenants the latency histograms of `/metrics` label by name (`--metrics-tenants`).
+    pub metrics_tenants: usize,
 }
 
 /// How long a stopping server waits for requests in flight before it exits anyway.
@@ -150,7 +152,10 @@ pub async fn start(config: Config) -> Result<Running> {
         config.access.public_incidents,
     )?);
     let store = Store::connect(&config.database_url).await?;
-    let sink = Sink::of(store.clone(), config.redact_text);
+    let mut sink = Sink::of(store.clone(), config.redact_text);
+    sink.metrics = Arc::new(crate::metrics::Metrics::with_tenant_labels(
+        config.metrics_tenants,
+    ));
     let budget = Budget::new(config.ingest_budget_bytes, sink.metrics.clone());
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)

@@ -1,8 +1,13 @@
-//! `GET /metrics`: the server's self-metrics for Prometheus (text format 0.0.4).
+//! `GET /metrics`: the server's self-metrics for Prometheus: the text format 0.0.4, or OpenMetrics
+//! 1.0 with exemplars when the scraper's `Accept` asks for it (Prometheus does).
 
 use std::borrow::Cow;
 
-use axum::{extract::State, http::header, response::IntoResponse};
+use axum::{
+    extract::State,
+    http::{HeaderMap, header},
+    response::IntoResponse,
+};
 
 use crate::error::Result;
 use crate::metrics::{Gauge, label_value};
@@ -13,7 +18,11 @@ const FINDINGS_OVER_NS: i64 = 3_600 * 1_000_000_000;
 
 /// The counters, and the gauges read now: the pool, the budget, the spans OTLP holds, the
 /// findings worker's backlog and the last hour's findings.
-pub async fn get(State(state): State<AppState>) -> Result<impl IntoResponse> {
+pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<impl IntoResponse> {
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
     let AppState {
         sink, otlp, budget, ..
     } = &state;
@@ -71,12 +80,11 @@ pub async fn get(State(state): State<AppState>) -> Result<impl IntoResponse> {
                 })
                 .collect(),
         },
-    ]);
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    ))
+    ], openmetrics);
+    let content_type = if openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    };
+    Ok(([(header::CONTENT_TYPE, content_type)], text))
 }

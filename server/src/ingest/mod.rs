@@ -202,6 +202,18 @@ pub async fn store_decoded(
         },
     );
     metrics.rejected(source, Reason::DuplicateRequest, stored.duplicate_requests);
+    // A batch sent again is all duplicates: not counted twice. (A batch only partly sent before
+    // counts its new requests and its resent ones; the store does not say which were which.)
+    let offered: u64 = batches.iter().map(|b| b.requests.len() as u64).sum();
+    if stored.duplicate_requests < offered {
+        let at_s = crate::clock::now_ns() as f64 / 1e9;
+        for b in &batches {
+            let requests = b.requests.iter().map(|i| &i.value);
+            metrics
+                .latency
+                .observe(&b.resource.instance_id, requests, at_s);
+        }
+    }
     Ok(v1::ExportResponse {
         accepted_requests: stored.accepted_requests,
         duplicate_requests: stored.duplicate_requests,

@@ -118,6 +118,7 @@ pub fn spawn_config(database_url: String) -> Config {
         // Off unless a test turns it on: the others read diagnoses computed when asked.
         findings_settle: None,
         otlp_tenant_attributes: Vec::new(),
+        metrics_tenants: 0,
     }
 }
 

@@ -1,6 +1,9 @@
-//! Self-metrics in the Prometheus text format: what ingest stored and refused, by source, and
-//! how long batches took to commit. Counters are atomics in the `Store` every ingest path holds;
-//! gauges (pool, assembler) are read when `/metrics` is scraped.
+//! Self-metrics in the Prometheus text format (0.0.4, or OpenMetrics when the scraper asks for
+//! it): what ingest stored and refused, by source, how long batches took to commit, and the
+//! stored requests' TTFT and TPOT (`latency`). Counters are atomics in the `Sink` every ingest
+//! path holds; gauges (pool, assembler) are read when `/metrics` is scraped.
+
+pub mod latency;
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -95,6 +98,8 @@ pub struct Metrics {
     commit_micros: AtomicU64,
     over_budget: AtomicU64,
     unauthenticated: AtomicU64,
+    /// The stored requests' TTFT and TPOT histograms.
+    pub latency: latency::LatencyMetrics,
 }
 
 /// A Prometheus label value: backslash, double quote and newline escaped (instance ids are the
@@ -113,6 +118,14 @@ pub struct Gauge<'a> {
 }
 
 impl Metrics {
+    /// Self-metrics whose latency histograms label at most `tenants` tenants by name.
+    pub fn with_tenant_labels(tenants: usize) -> Self {
+        Self {
+            latency: latency::LatencyMetrics::new(tenants),
+            ..Self::default()
+        }
+    }
+
     pub fn stored(&self, source: Source, batch: Batch) {
         let s = source as usize;
         self.requests[s].fetch_add(batch.requests, Relaxed);
@@ -146,11 +159,13 @@ impl Metrics {
             .fetch_add(took.as_micros().min(u128::from(u64::MAX)) as u64, Relaxed);
     }
 
-    /// The text exposition format (version 0.0.4), with `gauges` appended.
-    pub fn render(&self, gauges: &[Gauge<'_>]) -> String {
+    /// The text exposition format (version 0.0.4), or OpenMetrics 1.0 (`openmetrics`: the
+    /// latency histograms' exemplars, `# EOF`), with `gauges` appended.
+    pub fn render(&self, gauges: &[Gauge<'_>], openmetrics: bool) -> String {
         let mut out = String::new();
+        let om = openmetrics;
         let by_source = |out: &mut String, name: &str, help: &str, values: &[AtomicU64]| {
-            header(out, name, help, "counter");
+            family(out, name, help, "counter", om);
             for source in Source::ALL {
                 let v = values[source as usize].load(Relaxed);
                 let _ = writeln!(out, "{name}{{source=\"{}\"}} {v}", source.as_str());
@@ -175,11 +190,12 @@ impl Metrics {
             &self.tokens,
         );
         let name = "tokenscope_ingest_rejected_total";
-        header(
+        family(
             &mut out,
             name,
             "Items not stored: invalid, already stored (a resend), or for an instance the sender's key does not cover.",
             "counter",
+            om,
         );
         for source in Source::ALL {
             for reason in Reason::ALL {
@@ -193,11 +209,12 @@ impl Metrics {
             }
         }
         let name = "tokenscope_ingest_commit_seconds";
-        header(
+        family(
             &mut out,
             name,
             "Time to store one batch, from the start of its writes to its commit.",
             "histogram",
+            om,
         );
         let mut cumulative = 0;
         for (i, le) in COMMIT_BUCKETS.iter().enumerate() {
@@ -214,31 +231,43 @@ impl Metrics {
             "tokenscope_ingest_over_budget_total",
             "Ingest requests refused because the budget was in use (429 / RESOURCE_EXHAUSTED).",
             &self.over_budget,
+            om,
         );
         counter(
             &mut out,
             "tokenscope_ingest_unauthenticated_total",
             "Ingest requests refused for want of a valid ingest key (401 / UNAUTHENTICATED).",
             &self.unauthenticated,
+            om,
         );
+        self.latency.render(&mut out, om);
         for g in gauges {
-            header(&mut out, g.name, g.help, "gauge");
+            family(&mut out, g.name, g.help, "gauge", om);
             for (labels, v) in &g.samples {
                 let _ = writeln!(out, "{}{labels} {v}", g.name);
             }
+        }
+        if om {
+            out.push_str("# EOF\n");
         }
         out
     }
 }
 
-fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+/// A family's `# HELP` and `# TYPE` lines. OpenMetrics names a counter's family without the
+/// `_total` its samples carry.
+fn family(out: &mut String, name: &str, help: &str, kind: &str, openmetrics: bool) {
+    let name = match (openmetrics, kind) {
+        (true, "counter") => name.strip_suffix("_total").unwrap_or(name),
+        _ => name,
+    };
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 /// A counter without labels.
-fn counter(out: &mut String, name: &str, help: &str, value: &AtomicU64) {
-    header(out, name, help, "counter");
+fn counter(out: &mut String, name: &str, help: &str, value: &AtomicU64, openmetrics: bool) {
+    family(out, name, help, "counter", openmetrics);
     let _ = writeln!(out, "{name} {}", value.load(Relaxed));
 }
 
@@ -263,11 +292,16 @@ mod tests {
         m.over_budget();
         m.unauthenticated();
         m.rejected(Source::NativeHttp, Reason::ForbiddenInstance, 2);
-        let text = m.render(&[Gauge {
+        let gauges = [Gauge {
             name: "tokenscope_db_pool_connections",
             help: "Connections.",
             samples: vec![("{state=\"idle\"}".into(), 3.0)],
-        }]);
+        }];
+        let text = m.render(&gauges, false);
+        let om = m.render(&gauges, true);
+        assert!(om.contains("# TYPE tokenscope_ingest_over_budget counter\n"));
+        assert!(om.contains("\ntokenscope_ingest_over_budget_total 1\n"));
+        assert!(om.ends_with("# EOF\n") && !text.contains("# EOF"));
         assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
         for line in [
             "tokenscope_ingest_requests_total{source=\"native_grpc\"} 2",
