@@ -60,6 +60,17 @@ pub struct RequestList {
     /// How many requests match the filters in all (the list is one page of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
+    /// When the findings worker is behind on the page's requests: the arrival time up to which
+    /// their causes are known, and how long the oldest data has waited for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub findings_behind: Option<FindingsBehind>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FindingsBehind {
+    /// Requests that arrived before this have their stored findings (on the list's instances).
+    pub up_to_ns: Nanos,
+    pub waited_s: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -16,10 +16,11 @@ pub(super) async fn list_requests(
     Query(params): Query<ListParams>,
 ) -> Result<Json<RequestList>> {
     let filter = params.into_filter()?;
-    let (requests, total) = crate::query::requests::list(&store, &filter).await?;
+    let (requests, total, findings_behind) = crate::query::requests::list(&store, &filter).await?;
     Ok(Json(RequestList {
         requests,
         total: Some(total),
+        findings_behind,
     }))
 }
 

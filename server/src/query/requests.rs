@@ -3,16 +3,52 @@
 
 use tokenscope_core::analysis::token_view::token_views;
 use tokenscope_core::analysis::{diagnosis::Thresholds, metrics::request_metrics, pd, stages};
-use tokenscope_core::api::{InstanceInfo, RequestDetail, RequestPart, RequestSummary, Stage};
-use tokenscope_core::model::{RequestTrace, Role, StepLoad, ms};
+use tokenscope_core::api::{
+    FindingsBehind, InstanceInfo, RequestDetail, RequestPart, RequestSummary, Stage,
+};
+use tokenscope_core::model::{Nanos, RequestTrace, Role, StepLoad, ms};
 
 use crate::error::{Error, Result};
 use crate::store::{Loaded, RequestFilter, RequestRow, Store};
 
-/// A page of the requests that match `f`, and how many match in all.
-pub async fn list(store: &Store, f: &RequestFilter) -> Result<(Vec<RequestSummary>, u64)> {
+/// The findings worker is "behind" once data has waited this long for it (the settle time,
+/// 5 s by default, is normal).
+const BEHIND: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A page of the requests that match `f`, how many match in all, and whether the findings
+/// worker is behind on them.
+pub async fn list(
+    store: &Store,
+    f: &RequestFilter,
+) -> Result<(Vec<RequestSummary>, u64, Option<FindingsBehind>)> {
     let (rows, total) = store.list_requests(f).await?;
-    Ok((rows.into_iter().map(summary).collect(), total))
+    let pending = rows
+        .iter()
+        .filter(|r| r.causes.is_none())
+        .map(|r| r.arrival_ns)
+        .min();
+    let behind = match pending {
+        None => None,
+        Some(first) => {
+            let (waited, _) = store.diagnosis_backlog().await?;
+            let instances = super::diagnosis::instance_ids(store, f).await?;
+            let stretches = store
+                .pending_diagnosis(instances.as_deref(), first, Nanos::MAX)
+                .await?;
+            // A request alive across a stretch's start waits too: no later than the first pending.
+            let up_to = stretches
+                .iter()
+                .map(|s| s.2)
+                .min()
+                .unwrap_or(first)
+                .min(first);
+            (waited >= BEHIND).then_some(FindingsBehind {
+                up_to_ns: up_to,
+                waited_s: waited.as_secs_f64(),
+            })
+        }
+    };
+    Ok((rows.into_iter().map(summary).collect(), total, behind))
 }
 
 fn summary(r: RequestRow) -> RequestSummary {

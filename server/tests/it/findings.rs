@@ -322,3 +322,41 @@ async fn a_late_culprit_changes_its_victims_stored_findings_within_a_settle_peri
         .unwrap();
     assert!(n >= 1, "{n}");
 }
+
+#[tokio::test]
+async fn the_list_says_up_to_when_findings_are_known_once_the_worker_is_behind() {
+    // No worker: everything sent waits in the queue.
+    let app = spawn_app().await;
+    let s = scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
+    app.send_sim(&s.runs).await;
+    let list = "/api/v1/requests?instance=sim-pid&order=start&limit=1000";
+    let fresh = app.get_json(list).await;
+    assert!(
+        fresh["requests"][0].get("causes").is_none(),
+        "pending: {}",
+        fresh["requests"][0]
+    );
+    assert!(
+        fresh.get("findings_behind").is_none(),
+        "within the settle time is not behind"
+    );
+
+    // The same data, waiting two minutes: the worker is behind, and the list says up to when.
+    let db = sqlx::PgPool::connect(&app.database_url).await.unwrap();
+    sqlx::query("UPDATE diagnosis_queue SET enqueued_at = now() - interval '2 minutes'")
+        .execute(&db)
+        .await
+        .unwrap();
+    let late = app.get_json(list).await;
+    let behind = &late["findings_behind"];
+    assert!(behind["waited_s"].as_f64().unwrap() >= 119.0, "{behind}");
+    // Up to the start of the oldest stretch waiting: no later than the first pending request.
+    let first = late["requests"][0]["arrival_ns"].as_i64().unwrap();
+    let up_to = behind["up_to_ns"].as_i64().unwrap();
+    let queued: i64 = sqlx::query_scalar("SELECT min(from_ns) FROM diagnosis_queue")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(up_to, queued.min(first), "{behind}");
+    assert!(up_to <= first);
+}

@@ -25,6 +25,16 @@ pub fn Requests(data: ExplorerData, query: ExplorerQuery) -> impl IntoView {
     let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
     let (series, list) = (data.series, data.list);
     let total = list.total.unwrap_or(list.requests.len() as u64);
+    // The findings worker is behind: say up to when causes are known, not just leave cells empty.
+    let behind = list.findings_behind.clone().map(|b| {
+        let waited = span((b.waited_s * 1e9) as i64);
+        view! {
+            <p class="behind" data-testid="findings-behind">
+                "Findings up to " <b>{move || date_time(b.up_to_ns, &zone.get())}</b>
+                {format!(": requests after it are still being diagnosed (the oldest new data has waited {waited}).")}
+            </p>
+        }
+    });
     let first = u64::from(query.page * PAGE_ROWS);
     let (ttft_slo, tpot_slo) = (series.ttft_slo_ms, series.tpot_slo_ms);
     let window = (series.from_ns, series.to_ns);
@@ -113,6 +123,7 @@ pub fn Requests(data: ExplorerData, query: ExplorerQuery) -> impl IntoView {
                 <span class="muted">{format!("{} window", span(window.1 - window.0))}</span>
                 {pager}
             </div>
+            {behind}
             {found_one.map(|r| view! {
                 <p class="found">"Found " <b>{r.request_id.clone()}</b> " on " {r.instance.clone()} ": "
                     <a href=waterfall_href(&r.instance, &r.request_id, r.arrival_ns, r.e2e_ms)>"open its waterfall"</a></p>
