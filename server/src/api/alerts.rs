@@ -108,17 +108,21 @@ pub(super) async fn alertmanager(
         };
         match scope(&hook, alert, &known, lookback, now) {
             Err(reason) => reply.skipped.push(skip(reason)),
-            Ok(s) => match alerts::open(&store, s, now).await? {
-                Opened::Incident { slug, reused } => reply.incidents.push(AlertIncident {
+            Ok(s) => match alerts::open(&store, s, now).await {
+                Ok(Opened::Incident { slug, reused }) => reply.incidents.push(AlertIncident {
                     fingerprint: alert.fingerprint.clone(),
                     alertname,
                     url: page_url(&headers, &slug),
                     slug,
                     reused,
                 }),
-                Opened::NothingDegraded => reply.skipped.push(skip(
+                Ok(Opened::NothingDegraded) => reply.skipped.push(skip(
                     "no request in the alert's window on its instance was degraded".into(),
                 )),
+                // The store itself failing fails the send (Alertmanager retries it); one
+                // alert's incident that cannot be made skips that alert only.
+                Err(e @ Error::Unavailable(_)) => return Err(e),
+                Err(e) => reply.skipped.push(skip(format!("no incident: {e}"))),
             },
         }
     }
