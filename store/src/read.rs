@@ -72,7 +72,8 @@ pub struct RequestRow {
 }
 
 /// A row of the request list's queries (`Store::list_requests`); the instance id and finish are
-/// the outer query's keys for the page's causes and pending state.
+/// the outer query's keys for the page's causes and pending state. The instance id also ends the
+/// order: a PD request's two parts share their id and arrival, and paging needs a total order.
 #[allow(dead_code)]
 struct ListRow {
     request_id: String,
@@ -246,13 +247,13 @@ impl Store {
                                         WHEN 'e2e' THEN r.e2e_ns WHEN 'queue' THEN r.queue_ns
                                         WHEN 'prompt' THEN r.prompt_tokens WHEN 'output' THEN r.output_tokens
                                         ELSE r.arrival_ns END) * $12 NULLS LAST,
-                        r.arrival_ns * $12, r.request_id
+                        r.arrival_ns * $12, r.request_id, r.instance_id
                LIMIT $13 OFFSET $14) page
                ORDER BY (CASE $11::text WHEN 'ttft' THEN page.ttft_ns WHEN 'tpot' THEN page.tpot_ns
                                         WHEN 'e2e' THEN page.e2e_ns WHEN 'queue' THEN page.queue_ns
                                         WHEN 'prompt' THEN page.prompt_tokens WHEN 'output' THEN page.output_tokens
                                         ELSE page.arrival_ns END) * $12 NULLS LAST,
-                        page.arrival_ns * $12, page.request_id"#,
+                        page.arrival_ns * $12, page.request_id, page.instance_id"#,
             instances,
             f.engine,
             f.model,
@@ -302,13 +303,13 @@ impl Store {
                                         WHEN 'e2e' THEN r.e2e_ns WHEN 'queue' THEN r.queue_ns
                                         WHEN 'prompt' THEN r.prompt_tokens WHEN 'output' THEN r.output_tokens
                                         ELSE r.arrival_ns END) * $12 NULLS LAST,
-                        r.arrival_ns * $12, r.request_id
+                        r.arrival_ns * $12, r.request_id, r.instance_id
                LIMIT $13 OFFSET $14) page
                ORDER BY (CASE $11::text WHEN 'ttft' THEN page.ttft_ns WHEN 'tpot' THEN page.tpot_ns
                                         WHEN 'e2e' THEN page.e2e_ns WHEN 'queue' THEN page.queue_ns
                                         WHEN 'prompt' THEN page.prompt_tokens WHEN 'output' THEN page.output_tokens
                                         ELSE page.arrival_ns END) * $12 NULLS LAST,
-                        page.arrival_ns * $12, page.request_id"#,
+                        page.arrival_ns * $12, page.request_id, page.instance_id"#,
             instances,
             f.engine,
             f.model,
