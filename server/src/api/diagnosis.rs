@@ -53,13 +53,15 @@ pub(super) async fn diagnose_window(
             "limit={limit} must be between 1 and 5000"
         )));
     }
+    let (tenant, lora_adapter, priority) =
+        super::slice(p.tenant.clone(), p.adapter.clone(), &p.priority)?;
     let filter = RequestFilter {
         instances: list(p.instance.clone()),
         from_ns: parse_int("from", p.from.as_deref())?,
         to_ns: parse_int("to", p.to.as_deref())?,
-        tenant: super::non_empty(p.tenant.clone()),
-        lora_adapter: super::non_empty(p.adapter.clone()),
-        priority: super::parse_num("priority", &p.priority)?,
+        tenant,
+        lora_adapter,
+        priority,
         ..RequestFilter::default()
     };
     let diagnoses = crate::query::diagnosis::window(&store, &filter, &th, limit).await?;

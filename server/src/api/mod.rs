@@ -147,6 +147,22 @@ fn non_empty(v: Option<String>) -> Option<String> {
     v.filter(|s| !s.is_empty())
 }
 
+/// The slice parameters (`tenant`, `adapter`, `priority`) as a request filter takes them: the
+/// tenant, the LoRA adapter and the priority, each when given.
+type Slice = (Option<String>, Option<String>, Option<i32>);
+
+fn slice(
+    tenant: Option<String>,
+    adapter: Option<String>,
+    priority: &Option<String>,
+) -> Result<Slice> {
+    Ok((
+        non_empty(tenant),
+        non_empty(adapter),
+        parse_num("priority", priority)?,
+    ))
+}
+
 impl ListParams {
     fn into_filter(self) -> Result<RequestFilter> {
         let order = self.order.unwrap_or_else(|| "start".into());
@@ -193,6 +209,7 @@ impl ListParams {
             ..ThresholdParams::default()
         }
         .thresholds()?;
+        let (tenant, lora_adapter, priority) = slice(self.tenant, self.adapter, &self.priority)?;
         Ok(RequestFilter {
             instances: list(self.instance),
             engine: non_empty(self.engine),
@@ -204,9 +221,9 @@ impl ListParams {
             slo_breach,
             slo_ns: ((th.ttft_ms * 1e6) as i64, (th.tpot_ms * 1e6) as i64),
             cause,
-            tenant: non_empty(self.tenant),
-            lora_adapter: non_empty(self.adapter),
-            priority: parse_num("priority", &self.priority)?,
+            tenant,
+            lora_adapter,
+            priority,
             order,
             limit,
             offset,

@@ -29,26 +29,34 @@ pub async fn list(
         .min();
     let behind = match pending {
         None => None,
-        Some(first) => {
-            let (waited, _) = store.diagnosis_backlog().await?;
-            let instances = super::diagnosis::instance_ids(store, f).await?;
-            let stretches = store
-                .pending_diagnosis(instances.as_deref(), first, Nanos::MAX)
-                .await?;
-            // A request alive across a stretch's start waits too: no later than the first pending.
-            let up_to = stretches
-                .iter()
-                .map(|s| s.2)
-                .min()
-                .unwrap_or(first)
-                .min(first);
-            (waited >= BEHIND).then_some(FindingsBehind {
-                up_to_ns: up_to,
-                waited_s: waited.as_secs_f64(),
-            })
-        }
+        Some(first) => behind(store, f, first).await?,
     };
     Ok((rows.into_iter().map(summary).collect(), total, behind))
+}
+
+/// Up to when findings are known for `f`'s instances, when the worker is behind; `first`: the
+/// earliest arrival of the page's requests still waiting. The queue's age is read first: most
+/// pages with waiting requests are within the settle time, and need nothing more.
+async fn behind(store: &Store, f: &RequestFilter, first: Nanos) -> Result<Option<FindingsBehind>> {
+    let (waited, _) = store.diagnosis_backlog().await?;
+    if waited < BEHIND {
+        return Ok(None);
+    }
+    let instances = super::diagnosis::instance_ids(store, f).await?;
+    let stretches = store
+        .pending_diagnosis(instances.as_deref(), first, Nanos::MAX)
+        .await?;
+    // A request alive across a stretch's start waits too: no later than the first pending.
+    let up_to = stretches
+        .iter()
+        .map(|s| s.2)
+        .min()
+        .unwrap_or(first)
+        .min(first);
+    Ok(Some(FindingsBehind {
+        up_to_ns: up_to,
+        waited_s: waited.as_secs_f64(),
+    }))
 }
 
 fn summary(r: RequestRow) -> RequestSummary {
