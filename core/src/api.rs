@@ -10,6 +10,7 @@ pub use crate::analysis::compare::{CauseCount, CompareSide, Delta, HistogramBin}
 pub use crate::analysis::metrics::{LatencyBucket, LatencySeries, Percentiles};
 pub use crate::analysis::stages::{Stage, StageKind};
 pub use crate::analysis::token_view::{CandidateView, TokenView};
+pub use crate::analysis::usage::{Usage, UsageBucket, UsageGroup};
 use crate::model::{EngineKind, FinishReason, Nanos, Role, SamplingParams, Served};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

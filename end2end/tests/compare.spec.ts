@@ -1,9 +1,14 @@
-// Compare: two windows of the demo data on one screen — the answer first, then deltas and causes.
+// Compare: two windows of the demo data on one screen — the answer first, then deltas, causes and
+// the tenants' GPU time.
 import { test, expect } from "@playwright/test";
 
-test("two windows of the demo: percentile deltas and cause counts on one screen", async ({ page }) => {
+test("two windows of the demo: percentile deltas, cause counts and tenants' GPU time on one screen", async ({ page, request }) => {
   const errors: string[] = [];
   page.on("pageerror", (e) => errors.push(e.message));
+  // The findings worker accounts GPU time once the demo has settled.
+  await expect
+    .poll(async () => (await (await request.get("/api/v1/usage")).json()).busy_s, { timeout: 60_000 })
+    .toBeGreaterThan(0);
   await page.goto("/compare");
   await page.getByTestId("quick-picks").getByText("last 10 min vs the 10 before").click();
   await expect(page).toHaveURL(/span_s=600/);
@@ -12,6 +17,7 @@ test("two windows of the demo: percentile deltas and cause counts on one screen"
   await expect(deltas).toHaveCount(12); // TTFT, TPOT, queue, e2e × p50/p90/p99
   await expect(page.getByTestId("deltas").locator('tr[data-metric="ttft_p90"] td').nth(3)).toHaveText(/^[+−]/);
   await expect(page.getByTestId("causes").locator("tbody tr").first()).toBeVisible();
+  await expect(page.getByTestId("compare-usage").locator('tr[data-tenant="acme"] td').nth(2)).toHaveText(/ s|min/);
   await page.screenshot({ path: "test-results/compare.png", fullPage: true });
   expect(errors).toEqual([]);
 });

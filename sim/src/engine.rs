@@ -116,6 +116,7 @@ impl State {
     }
 }
 
+#[derive(Clone)]
 pub struct Output {
     pub requests: Vec<RequestTrace>,
     pub iterations: Vec<Iteration>,

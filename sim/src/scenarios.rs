@@ -46,6 +46,7 @@ pub struct Truth {
 }
 
 /// One instance's simulated traffic.
+#[derive(Clone)]
 pub struct InstanceRun {
     pub resource: Resource,
     pub output: Output,

@@ -16,6 +16,7 @@ mod read;
 pub mod step_block;
 mod steps;
 pub mod token_block;
+mod usage;
 pub mod vocab;
 mod waterfall;
 mod write;
@@ -37,6 +38,7 @@ pub use read::{
     InstanceRow, Loaded, ORDER_KEYS, Order, RequestFilter, RequestRow, count, split_list,
 };
 pub use steps::StoredStep;
+pub use usage::{UsageBy, UsageRequest, UsageRow, UsageSum};
 pub use waterfall::{BucketSum, Extent, InstanceSet, RowKey};
 pub use write::{ById, Lacking, encode_tokens};
 

@@ -15,6 +15,19 @@ pub fn duration_ms(ms: f64) -> String {
     }
 }
 
+/// `0.5 s`, `12 s`, `3.4 min`, `2.1 h` of GPU time.
+pub fn gpu_time(s: f64) -> String {
+    if s >= 7200.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else if s >= 120.0 {
+        format!("{:.1} min", s / 60.0)
+    } else if s >= 10.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
 /// `96,000`.
 pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -39,6 +52,14 @@ mod tests {
         assert_eq!(duration_ms(0.812), "812 µs");
         assert_eq!(duration_ms(250.4), "250 ms");
         assert_eq!(duration_ms(0.0), "0 ms");
+    }
+
+    #[test]
+    fn gpu_time_reads_in_its_unit() {
+        assert_eq!(gpu_time(0.5), "0.50 s");
+        assert_eq!(gpu_time(42.0), "42 s");
+        assert_eq!(gpu_time(204.0), "3.4 min");
+        assert_eq!(gpu_time(7560.0), "2.1 h");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod incident;
 pub mod request;
 pub mod time;
 pub mod upload;
+mod usage;
 pub mod waterfall;
 
 use leptos::prelude::*;
@@ -66,6 +67,7 @@ pub fn App() -> impl IntoView {
                     <a href="/">"Explorer"</a>
                     <a href="/waterfall">"Waterfall"</a>
                     <a href="/compare">"Compare"</a>
+                    <a href="/usage">"GPU time"</a>
                     <a href="/incidents">"Incidents"</a>
                     <a href="/upload">"Upload"</a>
                 </nav>
@@ -76,6 +78,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("waterfall") view=waterfall::WaterfallPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("compare") view=compare::Compare ssr=SsrMode::Async/>
                     <Route path=path!("/requests/:id") view=request::RequestPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("usage") view=usage::UsagePage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("upload") view=upload::Upload/>
                     <Route path=StaticSegment("incidents") view=incident::IncidentList ssr=SsrMode::Async/>
                     <Route path=path!("/incidents/:slug") view=incident::IncidentPage ssr=SsrMode::Async/>

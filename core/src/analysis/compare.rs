@@ -144,6 +144,12 @@ pub struct CompareSide {
     pub causes: Vec<CauseCount>,
     /// Requests the cause counts looked at (the first ones of the side, at most a few thousand).
     pub diagnosed: u64,
+    /// GPU time by tenant over the side's window (snapped out to whole minutes), most first.
+    #[serde(default)]
+    pub usage: Vec<crate::analysis::usage::UsageGroup>,
+    /// The side's instances' busy time in that window (`usage`'s sum).
+    #[serde(default)]
+    pub busy_s: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -222,6 +228,8 @@ mod tests {
                 })
                 .collect(),
             diagnosed: 100,
+            usage: Vec::new(),
+            busy_s: 0.0,
         }
     }
 

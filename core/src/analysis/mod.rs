@@ -6,4 +6,5 @@ pub mod metrics;
 pub mod pd;
 pub mod stages;
 pub mod token_view;
+pub mod usage;
 pub mod waterfall;

@@ -29,6 +29,7 @@ pub mod incidents;
 mod latency;
 pub mod metrics;
 mod requests;
+mod usage;
 mod waterfall;
 
 pub const DEFAULT_LIMIT: i64 = 100;
@@ -77,6 +78,7 @@ pub fn router(state: AppState, keys: Option<Arc<IngestKeys>>) -> Router {
         .route("/api/v1/diagnosis", get(diagnosis::diagnose_window))
         .route("/api/v1/waterfall", get(waterfall::waterfall))
         .route("/api/v1/latency", get(latency::latency))
+        .route("/api/v1/usage", get(usage::usage))
         .route("/api/v1/compare", get(compare::compare))
         .route("/api/v1/instances", get(list_instances))
         .route("/healthz", get(|| async { "ok" }))

@@ -11,7 +11,7 @@ iteration,batch_size,waiting,logprob,probability,rank,entropy,margin,flags,prefi
 /// One cell: quoted when it holds a separator, quote or line break. Text a spreadsheet would run
 /// as a formula (`=`, `+`, `-`, `@` followed by more) gets a leading `'`, so that model output
 /// opened in Excel stays text (OWASP's advice for CSV injection).
-fn cell(out: &mut String, s: &str) {
+pub(super) fn cell(out: &mut String, s: &str) {
     let formula = s.len() > 1 && s.starts_with(['=', '+', '-', '@', '\t', '\r']);
     let quote = formula || s.contains([',', '"', '\n', '\r']);
     if quote {

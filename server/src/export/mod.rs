@@ -1,5 +1,5 @@
-//! Requests and incidents as files other tools open: a request's token table as CSV
-//! (spreadsheets, pandas) and its timeline as Chrome trace JSON (Perfetto UI, chrome://tracing);
+//! Requests, GPU time and incidents as files other tools open: a request's token table and a
+//! window's GPU time as CSV (spreadsheets, pandas) and its timeline as Chrome trace JSON (Perfetto UI, chrome://tracing);
 //! an incident as Markdown for a ticket and as its link preview (PNG, SVG). Pure: API values in,
 //! bytes out.
 
@@ -7,9 +7,11 @@ mod chrome_trace;
 mod csv;
 pub mod markdown;
 pub mod preview;
+mod usage;
 
 pub use chrome_trace::chrome_trace;
 pub use csv::tokens_csv;
+pub use usage::usage_csv;
 
 /// A file name made of the request id: its letters, digits, `.`, `-` and `_`, the rest as `_`
 /// (the id is the client's text and ends up in a `Content-Disposition` header).

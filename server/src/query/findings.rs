@@ -5,7 +5,8 @@
 //! instance's time it touched (`store::diagnoses`); a stretch is taken once no data has been
 //! added to the queue for `settle`, and every request of the instance alive in it is diagnosed
 //! again. A culprit exported after its victims were diagnosed therefore queues their lifetime,
-//! and their stored findings change one settle period later.
+//! and their stored findings change one settle period later. The same stretches have their GPU
+//! time accounted (`usage`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -178,6 +179,8 @@ pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
     let mut done = 0;
     for &(instance_id, from, to) in &due.ranges {
         done += diagnose_stretch(store, instance_id, from, to).await?;
+        // Who used the GPU in those minutes, now that the requests' records are in.
+        super::usage::account(store, instance_id, from, to).await?;
     }
     // Only what was taken: stretches queued meanwhile wait for their own settle time.
     store.diagnosed(&due.ids).await?;

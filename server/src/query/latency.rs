@@ -11,7 +11,7 @@ use tokenscope_core::api::{CauseCount, CompareSide, LatencyBucket, LatencySeries
 use tokenscope_core::model::Nanos;
 
 use crate::error::{Error, Result};
-use crate::store::{Quantiles, RequestFilter, Store};
+use crate::store::{Quantiles, RequestFilter, Store, UsageBy};
 
 /// Without a window: the hour before the newest request that matches.
 const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
@@ -108,6 +108,12 @@ pub async fn compare_side(
             tpot_histogram.push(b);
         }
     }
+    // Tenants' GPU time; the side's priority, if any, is not a key of usage.
+    let usage_filter = RequestFilter {
+        priority: None,
+        ..f.clone()
+    };
+    let usage = super::usage::window(store, &usage_filter, UsageBy::Tenant, width_px).await?;
     Ok(CompareSide {
         instances: f.instances.clone(),
         engine: f.engine.clone(),
@@ -128,6 +134,8 @@ pub async fn compare_side(
         tpot_histogram,
         causes,
         diagnosed,
+        usage: usage.groups,
+        busy_s: usage.busy_s,
     })
 }
 

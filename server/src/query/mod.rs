@@ -8,4 +8,5 @@ pub mod findings;
 pub mod incidents;
 pub mod latency;
 pub mod requests;
+pub mod usage;
 pub mod waterfall;

@@ -33,4 +33,5 @@ mod sim_scenarios;
 mod slices;
 mod speculation;
 mod texts_by_id;
+mod usage;
 mod waterfall_lane;

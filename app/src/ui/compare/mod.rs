@@ -1,8 +1,10 @@
 //! Compare (`/compare`): two sets of requests — two windows of one instance, or two instances,
 //! models or engines — with the answer to "what changed" in the first line, then overlaid
-//! percentile charts, a delta table, overlaid histograms and the diagnosis causes on each side.
+//! percentile charts, a delta table, overlaid histograms, the diagnosis causes and the tenants'
+//! GPU time on each side.
 
 mod form;
+mod usage;
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
@@ -134,6 +136,7 @@ fn Report(c: Comparison) -> impl IntoView {
     let (a2, b2) = (c.a.clone(), c.b.clone());
     let deltas = delta_table(&c.deltas);
     let causes = causes(&c.a, &c.b);
+    let usage = usage::table(&c.a, &c.b);
     let ttft_hist = histogram(&c.a.ttft_histogram, &c.b.ttft_histogram);
     let tpot_hist = histogram(&c.a.tpot_histogram, &c.b.tpot_histogram);
     view! {
@@ -158,6 +161,7 @@ fn Report(c: Comparison) -> impl IntoView {
         <div class="compare-grid">
             <section class="panel"><h2>"Percentiles, B against A"</h2>{deltas}</section>
             <section class="panel"><h2>"Diagnosed causes"</h2>{causes}</section>
+            <section class="panel"><h2>"GPU time by tenant"</h2>{usage}</section>
         </div>
         <section class="panel">
             <h2>"Latency distribution per request"</h2>

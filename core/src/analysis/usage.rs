@@ -1,0 +1,334 @@
+//! Who used the GPU: each engine step's time split across its batch by the tokens each request
+//! computed in it, summed per request over fixed cells of time; without steps, estimated from
+//! the requests' intervals.
+//!
+//! The weighting is the step's *work*: a request's share of a step is the tokens it computed
+//! there (its prefill chunk, or its decoded token plus the drafts verified for it) over all the
+//! tokens the step computed. Every token passes through the same linear layers (2 · params
+//! FLOPs each), which dominate a step's compute, so a 2,048-token chunk beside 63 decodes gets
+//! 97 % of that step and each decode 0.05 %. The weight reads and the fixed per-step cost are
+//! split the same way, not per request: a step runs for its batch as a whole.
+//!
+//! Time is counted once: steps that overlap (vLLM's async scheduling runs step k+1 while step k
+//! finishes) count only from where the previous ones ended, so an instance's attributed time is
+//! its busy time, the union of its steps.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Iteration, Nanos};
+
+/// Cells usage is summed over: a minute (a day is 1,440 of them per instance and group).
+pub const CELL_NS: Nanos = 60 * 1_000_000_000;
+
+/// Start of the cell containing `t`.
+pub fn cell_of(t: Nanos) -> Nanos {
+    t.div_euclid(CELL_NS) * CELL_NS
+}
+
+/// One request's use of an instance in one cell.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Use {
+    pub gpu_ns: f64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+}
+
+impl Use {
+    fn add(&mut self, o: &Use) {
+        self.gpu_ns += o.gpu_ns;
+        self.prefill_tokens += o.prefill_tokens;
+        self.decode_tokens += o.decode_tokens;
+    }
+}
+
+/// Usage by (cell start, request id); the empty id holds the time of steps that computed no
+/// token (nobody's).
+pub type Uses = BTreeMap<(Nanos, Arc<str>), Use>;
+
+/// Adds `gpu_ns` spread over `[from, to)` to `who`, each cell of `cells` its part.
+fn spread(out: &mut Uses, who: &Arc<str>, (from, to): (Nanos, Nanos), cells: (Nanos, Nanos)) {
+    let (from, to) = (from.max(cells.0), to.min(cells.1));
+    let mut t = from;
+    while t < to {
+        let end = (cell_of(t) + CELL_NS).min(to);
+        out.entry((cell_of(t), who.clone())).or_default().gpu_ns += (end - t) as f64;
+        t = end;
+    }
+}
+
+/// Attributes steps (by start time) to their requests in the cells of `[cells.0, cells.1)`,
+/// both multiples of [`CELL_NS`]. Steps that start before the range count for the part of their
+/// time inside it (and tell where busy time already began); tokens count in the cell a step
+/// starts in.
+pub fn from_steps(steps: &[Iteration], cells: (Nanos, Nanos)) -> Uses {
+    let mut out = Uses::new();
+    let nobody: Arc<str> = Arc::from("");
+    let mut covered = Nanos::MIN;
+    for s in steps {
+        // The part of this step no earlier step already counted.
+        let own = (s.start_ns.max(covered), s.end_ns.max(covered));
+        covered = covered.max(s.end_ns);
+        let total: u64 = s.batch.iter().map(|e| u64::from(e.tokens)).sum();
+        let cell = cell_of(s.start_ns);
+        let counts_tokens = (cells.0..cells.1).contains(&s.start_ns);
+        if total == 0 {
+            let mut t = Uses::new();
+            spread(&mut t, &nobody, own, cells);
+            merge(&mut out, t);
+            continue;
+        }
+        // The step's time in each cell, once, then each entry its share of it.
+        let mut time = Uses::new();
+        spread(&mut time, &nobody, own, cells);
+        for e in &s.batch {
+            let share = f64::from(e.tokens) / total as f64;
+            for ((c, _), u) in &time {
+                out.entry((*c, e.request_id.clone())).or_default().gpu_ns += u.gpu_ns * share;
+            }
+            if counts_tokens {
+                let u = out.entry((cell, e.request_id.clone())).or_default();
+                match e.phase {
+                    crate::model::Phase::Prefill => u.prefill_tokens += u64::from(e.tokens),
+                    crate::model::Phase::Decode => u.decode_tokens += u64::from(e.decoded()),
+                }
+            }
+        }
+    }
+    out
+}
+
+fn merge(into: &mut Uses, from: Uses) {
+    for (k, u) in from {
+        into.entry(k).or_default().add(&u);
+    }
+}
+
+/// What estimating a request's use from its interval needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Served {
+    pub request_id: Arc<str>,
+    /// When the engine first scheduled it (else its arrival).
+    pub start_ns: Nanos,
+    pub first_token_ns: Option<Nanos>,
+    pub finished_ns: Nanos,
+    /// Prompt tokens computed (not served from cache).
+    pub prefill_tokens: u32,
+    pub output_tokens: u32,
+}
+
+/// Estimates usage from request intervals alone (spans without engine steps): while requests
+/// are being served the instance is busy, and its time is shared equally among them. Prefill
+/// tokens count in the cell of the first token, decoded tokens in the cell of the end.
+pub fn from_requests(requests: &[Served], cells: (Nanos, Nanos)) -> Uses {
+    let mut out = Uses::new();
+    // Sweep: +1 at each start, −1 at each end.
+    let mut edges: Vec<(Nanos, bool, usize)> = Vec::with_capacity(2 * requests.len());
+    for (k, r) in requests.iter().enumerate() {
+        if r.finished_ns > r.start_ns {
+            edges.push((r.start_ns, true, k));
+            edges.push((r.finished_ns, false, k));
+        }
+    }
+    edges.sort_unstable_by_key(|&(t, starts, k)| (t, starts, k));
+    let mut alive: Vec<usize> = Vec::new();
+    let mut last = Nanos::MIN;
+    for (t, starts, k) in edges {
+        if !alive.is_empty() && t > last {
+            let share = 1.0 / alive.len() as f64;
+            let mut time = Uses::new();
+            let nobody: Arc<str> = Arc::from("");
+            spread(&mut time, &nobody, (last, t), cells);
+            for &a in &alive {
+                for ((c, _), u) in &time {
+                    out.entry((*c, requests[a].request_id.clone()))
+                        .or_default()
+                        .gpu_ns += u.gpu_ns * share;
+                }
+            }
+        }
+        last = t;
+        if starts {
+            alive.push(k);
+        } else {
+            alive.retain(|&a| a != k);
+        }
+    }
+    for r in requests {
+        let prefilled = r.first_token_ns.unwrap_or(r.finished_ns);
+        if (cells.0..cells.1).contains(&prefilled) {
+            out.entry((cell_of(prefilled), r.request_id.clone()))
+                .or_default()
+                .prefill_tokens += u64::from(r.prefill_tokens);
+        }
+        if r.first_token_ns.is_some() && (cells.0..cells.1).contains(&r.finished_ns) {
+            out.entry((cell_of(r.finished_ns), r.request_id.clone()))
+                .or_default()
+                .decode_tokens += u64::from(r.output_tokens.saturating_sub(1));
+        }
+    }
+    out
+}
+
+/// One group's use over a window (`GET /api/v1/usage`): a tenant, LoRA adapter or model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UsageGroup {
+    /// The tenant, adapter or model; `None`: requests served without one (no tenant, the base
+    /// model) or, with `unstored`, steps of requests whose record has not arrived.
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unstored: bool,
+    pub gpu_s: f64,
+    /// Of the window's attributed time.
+    pub share: f64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    /// Of `gpu_s`, estimated from request intervals (cells of an instance without steps).
+    pub estimated_s: f64,
+}
+
+/// Attributed GPU time in one bucket of the chart, a value per group in the groups' order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UsageBucket {
+    pub start_ns: Nanos,
+    pub gpu_s: Vec<f64>,
+}
+
+/// GPU time by tenant, adapter or model over a window of whole cells.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub from_ns: Nanos,
+    pub to_ns: Nanos,
+    pub bucket_ns: Nanos,
+    /// `tenant`, `adapter` or `model`.
+    pub by: String,
+    /// Most GPU time first.
+    pub groups: Vec<UsageGroup>,
+    pub buckets: Vec<UsageBucket>,
+    /// The instances' busy time in the window: the groups' sum.
+    pub busy_s: f64,
+    /// Of it, estimated from request intervals.
+    pub estimated_s: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{BatchEntry, Phase};
+
+    const S: Nanos = 1_000_000_000;
+
+    fn entry(id: &str, phase: Phase, tokens: u32) -> BatchEntry {
+        BatchEntry {
+            request_id: Arc::from(id),
+            phase,
+            tokens,
+            prefill_offset: 0,
+            draft: None,
+        }
+    }
+
+    fn step(start: Nanos, end: Nanos, batch: Vec<BatchEntry>) -> Iteration {
+        Iteration {
+            iteration_id: start as u64,
+            start_ns: start,
+            end_ns: end,
+            batch,
+            running: 0,
+            waiting: 0,
+            kv_cache_usage: 0.0,
+        }
+    }
+
+    fn gpu(u: &Uses, cell: Nanos, id: &str) -> f64 {
+        u.get(&(cell, Arc::from(id))).map_or(0.0, |u| u.gpu_ns)
+    }
+
+    #[test]
+    fn a_step_splits_by_tokens_and_overlapping_steps_count_once() {
+        let steps = [
+            // 100 ms: a 300-token chunk beside one decode.
+            step(
+                0,
+                100_000_000,
+                vec![
+                    entry("a", Phase::Prefill, 299),
+                    entry("b", Phase::Decode, 1),
+                ],
+            ),
+            // Async scheduling: starts 40 ms before the first ends; 60 ms of its own.
+            step(60_000_000, 160_000_000, vec![entry("b", Phase::Decode, 1)]),
+        ];
+        let u = from_steps(&steps, (0, CELL_NS));
+        assert!((gpu(&u, 0, "a") - 99_666_666.7).abs() < 1.0);
+        assert!((gpu(&u, 0, "b") - (333_333.3 + 60_000_000.0)).abs() < 1.0);
+        let total: f64 = u.values().map(|u| u.gpu_ns).sum();
+        assert!(
+            (total - 160_000_000.0).abs() < 1e-3,
+            "the union of the steps"
+        );
+        assert_eq!(u[&(0, Arc::from("a"))].prefill_tokens, 299);
+        assert_eq!(u[&(0, Arc::from("b"))].decode_tokens, 2);
+    }
+
+    #[test]
+    fn a_step_across_a_cell_edge_splits_its_time_and_keeps_its_tokens_where_it_started() {
+        let start = CELL_NS - S / 2;
+        let steps = [step(
+            start,
+            CELL_NS + S / 2,
+            vec![entry("a", Phase::Prefill, 10)],
+        )];
+        let u = from_steps(&steps, (0, 2 * CELL_NS));
+        assert_eq!(gpu(&u, 0, "a"), (S / 2) as f64);
+        assert_eq!(gpu(&u, CELL_NS, "a"), (S / 2) as f64);
+        assert_eq!(u[&(0, Arc::from("a"))].prefill_tokens, 10);
+        assert_eq!(u[&(CELL_NS, Arc::from("a"))].prefill_tokens, 0);
+        // Read for the second cell only: its half, and no tokens (counted with the first).
+        let u = from_steps(&steps, (CELL_NS, 2 * CELL_NS));
+        assert_eq!(gpu(&u, CELL_NS, "a"), (S / 2) as f64);
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[&(CELL_NS, Arc::from("a"))].prefill_tokens, 0);
+    }
+
+    #[test]
+    fn speculative_decodes_weigh_their_verified_drafts() {
+        let mut spec = entry("s", Phase::Decode, 4);
+        spec.draft = Some(crate::model::Draft {
+            proposed: 3,
+            accepted: 1,
+        });
+        let steps = [step(
+            0,
+            50_000_000,
+            vec![spec, entry("p", Phase::Decode, 1)],
+        )];
+        let u = from_steps(&steps, (0, CELL_NS));
+        assert!((gpu(&u, 0, "s") - 40_000_000.0).abs() < 1e-3);
+        assert_eq!(u[&(0, Arc::from("s"))].decode_tokens, 2, "accepted + 1");
+    }
+
+    #[test]
+    fn without_steps_concurrent_requests_share_the_time_equally() {
+        let r = |id: &str, start: Nanos, end: Nanos| Served {
+            request_id: Arc::from(id),
+            start_ns: start,
+            first_token_ns: Some(start + S / 10),
+            finished_ns: end,
+            prefill_tokens: 100,
+            output_tokens: 11,
+        };
+        // a alone for 1 s, then a and b for 2 s, then b alone for 1 s; 2 s idle.
+        let u = from_requests(
+            &[r("a", 0, 3 * S), r("b", S, 4 * S), r("c", 6 * S, 6 * S)],
+            (0, CELL_NS),
+        );
+        assert_eq!(gpu(&u, 0, "a"), (2 * S) as f64);
+        assert_eq!(gpu(&u, 0, "b"), (2 * S) as f64);
+        assert_eq!(gpu(&u, 0, "c"), 0.0);
+        assert_eq!(u[&(0, Arc::from("a"))].decode_tokens, 10);
+        assert_eq!(u[&(0, Arc::from("b"))].prefill_tokens, 100);
+    }
+}

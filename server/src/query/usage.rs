@@ -1,0 +1,204 @@
+//! Who used the GPU: the findings worker accounts each settled stretch's minutes
+//! (`core::analysis::usage` over the stored steps, or the requests' intervals where an instance
+//! reported none) into `usage_cells`; `GET /api/v1/usage` and compare sum those by tenant,
+//! adapter or model.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use tokenscope_core::analysis::usage::{
+    self, CELL_NS, Served, Usage, UsageBucket, UsageGroup, Uses, cell_of,
+};
+use tokenscope_core::model::Nanos;
+
+use crate::error::{Error, Result};
+use crate::store::{RequestFilter, Store, UsageBy, UsageRequest, UsageRow};
+
+/// Steps read before the first cell: one that began earlier may run into it, and it tells where
+/// the instance's busy time already began.
+const STEP_LOOKBACK_NS: Nanos = 10 * 1_000_000_000;
+
+/// Without a window: the hour up to the newest accounted minute.
+const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
+
+/// Recomputes an instance's usage in the minutes `[from, to]` touches.
+pub async fn account(store: &Store, instance_id: i32, from: Nanos, to: Nanos) -> Result<()> {
+    let cells = (cell_of(from), cell_of(to) + CELL_NS);
+    let steps = store
+        .iterations_between(instance_id, cells.0 - STEP_LOOKBACK_NS, cells.1 - 1)
+        .await?;
+    let requests = store.usage_requests(instance_id, cells.0, cells.1).await?;
+    // Minutes with a step in them are split by the steps; the others, where requests were served
+    // with no step reported (spans only), are estimated from the requests' intervals.
+    let stepped: BTreeSet<Nanos> = steps
+        .iter()
+        .flat_map(|s| {
+            let last = cell_of((s.end_ns - 1).max(s.start_ns));
+            (cell_of(s.start_ns)..=last).step_by(CELL_NS as usize)
+        })
+        .collect();
+    let mut uses = usage::from_steps(&steps, cells);
+    let served: Vec<Served> = requests.iter().map(served).collect();
+    uses.extend(
+        usage::from_requests(&served, cells)
+            .into_iter()
+            .filter(|((cell, _), _)| !stepped.contains(cell)),
+    );
+    let rows = rows(&requests, &uses, &stepped);
+    store.put_usage(instance_id, cells, &rows).await?;
+    Ok(())
+}
+
+fn served(r: &UsageRequest) -> Served {
+    Served {
+        request_id: Arc::from(r.request_id.as_str()),
+        start_ns: r.first_scheduled_ns.unwrap_or(r.arrival_ns),
+        first_token_ns: r.first_token_ns,
+        finished_ns: r.finished_ns,
+        prefill_tokens: (r.prompt_tokens - r.cached_tokens).max(0) as u32,
+        output_tokens: r.output_tokens.max(0) as u32,
+    }
+}
+
+/// Sums the requests' uses per cell by what they were served for; a minute is measured (it has
+/// steps) or estimated, never both.
+fn rows(requests: &[UsageRequest], uses: &Uses, stepped: &BTreeSet<Nanos>) -> Vec<UsageRow> {
+    let by_id: HashMap<&str, &UsageRequest> = requests
+        .iter()
+        .map(|r| (r.request_id.as_str(), r))
+        .collect();
+    // (cell, model, tenant, adapter) → (GPU ns, prefill tokens, decode tokens)
+    type Key = (Nanos, i32, String, String);
+    let mut sums: BTreeMap<Key, (f64, i64, i64)> = BTreeMap::new();
+    for ((cell, id), u) in uses {
+        let (model_id, tenant, adapter) = match by_id.get(&**id) {
+            Some(r) => (
+                r.model_id,
+                r.tenant.clone().unwrap_or_default(),
+                r.lora_adapter.clone().unwrap_or_default(),
+            ),
+            None => (0, String::new(), String::new()),
+        };
+        let s = sums.entry((*cell, model_id, tenant, adapter)).or_default();
+        s.0 += u.gpu_ns;
+        s.1 += u.prefill_tokens as i64;
+        s.2 += u.decode_tokens as i64;
+    }
+    sums.into_iter()
+        .map(
+            |((cell_ns, model_id, tenant, lora_adapter), (gpu, p, d))| UsageRow {
+                cell_ns,
+                model_id,
+                tenant,
+                lora_adapter,
+                estimated: !stepped.contains(&cell_ns),
+                gpu_ns: gpu.round() as i64,
+                prefill_tokens: p,
+                decode_tokens: d,
+            },
+        )
+        .filter(|r| r.gpu_ns > 0 || r.prefill_tokens > 0 || r.decode_tokens > 0)
+        .collect()
+}
+
+/// The chart's bucket: whole minutes, about one bar per `px_per_bar` pixels.
+fn bucket_for(from: Nanos, to: Nanos, width_px: u32) -> Nanos {
+    let bars = Nanos::from((width_px / 6).clamp(1, 360));
+    let per_bar = (to - from + bars - 1) / bars;
+    (per_bar + CELL_NS - 1) / CELL_NS * CELL_NS
+}
+
+/// GPU time of `f`'s instances (engine, version, model, tenant, adapter) over its window, by
+/// `by`: groups most first, and a chart's buckets. The window snaps out to whole minutes.
+pub async fn window(store: &Store, f: &RequestFilter, by: UsageBy, width_px: u32) -> Result<Usage> {
+    let to = match f.to_ns {
+        Some(to) => to,
+        None => store
+            .newest_usage(f)
+            .await?
+            .map_or_else(crate::clock::now_ns, |t| t + CELL_NS),
+    };
+    let from = f.from_ns.unwrap_or(to - DEFAULT_WINDOW_NS);
+    if from >= to {
+        return Err(Error::InvalidArgument(format!(
+            "from={from} must be before to={to}"
+        )));
+    }
+    let (from, to) = (cell_of(from), cell_of(to - 1) + CELL_NS);
+    let bucket_ns = bucket_for(from, to, width_px);
+    let sums = store.usage_sums(f, (from, to), bucket_ns, by).await?;
+
+    let mut groups: Vec<UsageGroup> = Vec::new();
+    let mut index: HashMap<(Option<String>, bool), usize> = HashMap::new();
+    for s in &sums {
+        let k = *index.entry((s.key.clone(), s.unstored)).or_insert_with(|| {
+            groups.push(UsageGroup {
+                key: s.key.clone(),
+                unstored: s.unstored,
+                gpu_s: 0.0,
+                share: 0.0,
+                prefill_tokens: 0,
+                decode_tokens: 0,
+                estimated_s: 0.0,
+            });
+            groups.len() - 1
+        });
+        let g = &mut groups[k];
+        g.gpu_s += s.gpu_ns / 1e9;
+        g.estimated_s += s.estimated_ns / 1e9;
+        g.prefill_tokens += s.prefill_tokens as u64;
+        g.decode_tokens += s.decode_tokens as u64;
+    }
+    let busy_s: f64 = groups.iter().map(|g| g.gpu_s).sum();
+    let estimated_s: f64 = groups.iter().map(|g| g.estimated_s).sum();
+    // Most first; the chart's values follow this order.
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.sort_by(|&a, &b| {
+        groups[b]
+            .gpu_s
+            .total_cmp(&groups[a].gpu_s)
+            .then_with(|| groups[a].key.cmp(&groups[b].key))
+    });
+    let rank: HashMap<usize, usize> = order.iter().enumerate().map(|(r, &k)| (k, r)).collect();
+    let mut buckets: Vec<UsageBucket> = Vec::new();
+    for s in &sums {
+        let start_ns = from + s.bucket * bucket_ns;
+        if buckets.last().is_none_or(|b| b.start_ns != start_ns) {
+            buckets.push(UsageBucket {
+                start_ns,
+                gpu_s: vec![0.0; groups.len()],
+            });
+        }
+        let r = rank[&index[&(s.key.clone(), s.unstored)]];
+        if let Some(b) = buckets.last_mut() {
+            b.gpu_s[r] += s.gpu_ns / 1e9;
+        }
+    }
+    let mut groups: Vec<UsageGroup> = order.into_iter().map(|k| groups[k].clone()).collect();
+    for g in &mut groups {
+        g.share = if busy_s > 0.0 { g.gpu_s / busy_s } else { 0.0 };
+    }
+    Ok(Usage {
+        from_ns: from,
+        to_ns: to,
+        bucket_ns,
+        by: by.name().into(),
+        groups,
+        buckets,
+        busy_s,
+        estimated_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_whole_minutes_about_six_pixels_wide() {
+        let hour = 3600 * 1_000_000_000;
+        assert_eq!(bucket_for(0, hour, 600), CELL_NS);
+        assert_eq!(bucket_for(0, 24 * hour, 600), 15 * CELL_NS);
+        assert_eq!(bucket_for(0, CELL_NS, 1), CELL_NS);
+    }
+}
