@@ -20,6 +20,14 @@ pub fn waterfall_href(instance: &str, request_id: &str, arrival_ns: Nanos, e2e_m
     )
 }
 
+/// How a reader scoped to tenants is shown another tenant's request (followed by a per-viewer
+/// code): evidence without the id, so nothing to link to.
+pub const ALIAS_PREFIX: &str = "another tenant's request ";
+
+pub fn is_alias(request_id: &str) -> bool {
+    request_id.starts_with(ALIAS_PREFIX)
+}
+
 pub fn request_href(instance: &str, request_id: &str) -> String {
     format!(
         "/requests/{}{}",

@@ -130,6 +130,15 @@ pub struct ServeArgs {
     /// Only when the proxy is the sole way to reach the HTTP port.
     #[arg(long, env = "TOKENSCOPE_TRUSTED_USER_HEADER")]
     pub trusted_user_header: Option<String>,
+    /// File of named read tokens, one per line: "<name> <token> <tenants>" (tenants
+    /// comma-separated, or * for all). A reader with a scoped token sees only those tenants'
+    /// requests; other tenants' requests that affected them appear under aliases.
+    #[arg(long, env = "TOKENSCOPE_READ_TOKENS")]
+    pub read_tokens: Option<std::path::PathBuf>,
+    /// The header in which the trusted proxy names the user's tenants (comma-separated, * for
+    /// all); a user without it sees no tenant's requests. Needs --trusted-user-header.
+    #[arg(long, env = "TOKENSCOPE_TRUSTED_TENANTS_HEADER")]
+    pub trusted_tenants_header: Option<String>,
     /// Incident pages, Markdown and preview images readable without read access (the link is the
     /// capability), so links unfurl in chat and tickets.
     #[arg(long, env = "TOKENSCOPE_PUBLIC_INCIDENTS")]
@@ -169,7 +178,9 @@ impl ServeArgs {
             access: AccessConfig {
                 ingest_keys: self.ingest_keys.clone(),
                 read_token: self.read_token.clone(),
+                read_tokens: self.read_tokens.clone(),
                 trusted_user_header: self.trusted_user_header.clone(),
+                trusted_tenants_header: self.trusted_tenants_header.clone(),
                 public_incidents: self.public_incidents,
             },
             findings_settle: (self.findings_settle_s > 0.0)

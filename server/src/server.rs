@@ -146,11 +146,25 @@ pub async fn start(config: Config) -> Result<Running> {
         Some(path) => Some(Arc::new(IngestKeys::load(path)?)),
         None => None,
     };
-    let read = Arc::new(ReadAccess::new(
-        config.access.read_token.as_deref(),
-        config.access.trusted_user_header.as_deref(),
-        config.access.public_incidents,
-    )?);
+    let read_tokens = match &config.access.read_tokens {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Error::InvalidArgument(format!("--read-tokens {}: {e}", path.display()))
+            })?;
+            crate::access::scope::parse_read_tokens(&text).map_err(|e| {
+                Error::InvalidArgument(format!("--read-tokens {}: {e}", path.display()))
+            })?
+        }
+        None => Vec::new(),
+    };
+    let read = Arc::new(
+        ReadAccess::new(
+            config.access.read_token.as_deref(),
+            config.access.trusted_user_header.as_deref(),
+            config.access.public_incidents,
+        )?
+        .scoped(read_tokens, config.access.trusted_tenants_header.as_deref())?,
+    );
     let store = Store::connect(&config.database_url).await?;
     let mut sink = Sink::of(store.clone(), config.redact_text);
     sink.metrics = Arc::new(crate::metrics::Metrics::with_tenant_labels(
@@ -336,17 +350,25 @@ fn page_context(api: Router) -> impl Fn() + Clone + Send + Sync + 'static {
             provide_context(nonce.clone());
         }
         let reader = extensions.and_then(|e| e.get::<Reader>()).cloned();
-        provide_context(in_process(api.clone(), reader));
+        let scope = extensions
+            .and_then(|e| e.get::<crate::access::Scope>())
+            .cloned()
+            .unwrap_or_default();
+        provide_context(in_process(api.clone(), reader, scope));
     }
 }
 
 /// The API router as the UI's `ApiClient`: a GET of a path and query, answered without a socket,
 /// as `reader` (the page's) when the read gate let one in.
-fn in_process(api: Router, reader: Option<Reader>) -> tokenscope_core::api::ApiClient {
+fn in_process(
+    api: Router,
+    reader: Option<Reader>,
+    scope: crate::access::Scope,
+) -> tokenscope_core::api::ApiClient {
     use tower::ServiceExt;
     tokenscope_core::api::ApiClient(std::sync::Arc::new(move |url: String| {
         let api = api.clone();
-        let reader = reader.clone();
+        let (reader, scope) = (reader.clone(), scope.clone());
         Box::pin(async move {
             let mut req = axum::http::Request::get(&url)
                 .body(axum::body::Body::empty())
@@ -354,6 +376,7 @@ fn in_process(api: Router, reader: Option<Reader>) -> tokenscope_core::api::ApiC
             if let Some(reader) = reader {
                 req.extensions_mut().insert(reader);
             }
+            req.extensions_mut().insert(scope);
             let resp = api.oneshot(req).await.map_err(|e| format!("{url}: {e}"))?;
             let status = resp.status();
             let body = axum::body::to_bytes(resp.into_body(), usize::MAX)

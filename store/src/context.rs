@@ -65,4 +65,25 @@ impl Store {
             })
             .collect()
     }
+
+    /// The requests of an instance alive at some time in [from, to] and their tenants: whose
+    /// requests a reply about one request may mention.
+    pub async fn tenants_alive(
+        &self,
+        instance_id: i32,
+        from: Nanos,
+        to: Nanos,
+    ) -> Result<Vec<(String, Option<String>)>> {
+        let rows = sqlx::query!(
+            "SELECT request_id, tenant FROM requests
+             WHERE instance_id = $1 AND arrival_ns >= $2 AND arrival_ns <= $3 AND finished_ns >= $4",
+            instance_id,
+            from - REQUEST_LOOKBACK_NS,
+            to,
+            from
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.request_id, r.tenant)).collect())
+    }
 }

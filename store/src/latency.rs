@@ -68,7 +68,7 @@ impl Store {
                       count(*) FILTER (WHERE r.tpot_ns > $8)::int AS "tpot_over!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text IS NULL OR r.tenant = $10) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                GROUP BY 1 ORDER BY 1"#,
             f.instance_list(),
             f.engine,
@@ -79,7 +79,7 @@ impl Store {
             slo_ns.0,
             slo_ns.1,
             f.engine_version,
-            f.tenant,
+            f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
         )
@@ -116,14 +116,14 @@ impl Store {
                       percentile_disc(0.99) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p99
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($6::text IS NULL OR i.engine_version = $6)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($7::text IS NULL OR r.tenant = $7) AND ($8::text IS NULL OR r.lora_adapter = $8) AND ($9::int IS NULL OR r.priority = $9) AND r.arrival_ns >= $4 AND r.arrival_ns < $5"#,
+                 AND ($3::text IS NULL OR m.name = $3) AND ($7::text[] IS NULL OR r.tenant = ANY($7)) AND ($8::text IS NULL OR r.lora_adapter = $8) AND ($9::int IS NULL OR r.priority = $9) AND r.arrival_ns >= $4 AND r.arrival_ns < $5"#,
             f.instance_list(),
             f.engine,
             f.model,
             f.from_ns.unwrap_or(Nanos::MIN),
             f.to_ns.unwrap_or(Nanos::MAX),
             f.engine_version,
-            f.tenant,
+            f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
         )
@@ -147,7 +147,7 @@ impl Store {
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                CROSS JOIN LATERAL (VALUES ('ttft', r.ttft_ns), ('tpot', r.tpot_ns)) AS h (metric, ns)
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($7::text IS NULL OR i.engine_version = $7)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($8::text IS NULL OR r.tenant = $8) AND ($9::text IS NULL OR r.lora_adapter = $9) AND ($10::int IS NULL OR r.priority = $10) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($8::text[] IS NULL OR r.tenant = ANY($8)) AND ($9::text IS NULL OR r.lora_adapter = $9) AND ($10::int IS NULL OR r.priority = $10) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND h.ns IS NOT NULL
                GROUP BY 1, 2 ORDER BY 1, 2"#,
             f.instance_list(),
@@ -157,7 +157,7 @@ impl Store {
             f.to_ns.unwrap_or(Nanos::MAX),
             bins_per_octave,
             f.engine_version,
-            f.tenant,
+            f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
         )
@@ -179,12 +179,12 @@ impl Store {
             r#"SELECT max(r.arrival_ns) AS newest
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($4::text IS NULL OR i.engine_version = $4)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($5::text IS NULL OR r.tenant = $5) AND ($6::text IS NULL OR r.lora_adapter = $6) AND ($7::int IS NULL OR r.priority = $7)"#,
+                 AND ($3::text IS NULL OR m.name = $3) AND ($5::text[] IS NULL OR r.tenant = ANY($5)) AND ($6::text IS NULL OR r.lora_adapter = $6) AND ($7::int IS NULL OR r.priority = $7)"#,
             f.instance_list(),
             f.engine,
             f.model,
             f.engine_version,
-            f.tenant,
+            f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
         )

@@ -129,8 +129,9 @@ pub struct RequestFilter {
     pub slo_ns: (Nanos, Nanos),
     /// Only requests whose stored diagnosis has this cause (`queue_backlog`).
     pub cause: Option<String>,
-    /// Slices: the tenant, LoRA adapter and priority the request was served with.
-    pub tenant: Option<String>,
+    /// Slices: any of these tenants (an empty list matches none: a reader scoped to tenants
+    /// asking for another's), the LoRA adapter and priority the request was served with.
+    pub tenants: Option<Vec<String>>,
     pub lora_adapter: Option<String>,
     pub priority: Option<i32>,
     pub order: Order,
@@ -146,7 +147,7 @@ impl RequestFilter {
 
     /// Whether a tenant, adapter or priority narrows the requests.
     pub fn sliced(&self) -> bool {
-        self.tenant.is_some() || self.lora_adapter.is_some() || self.priority.is_some()
+        self.tenants.is_some() || self.lora_adapter.is_some() || self.priority.is_some()
     }
 }
 
@@ -239,7 +240,7 @@ impl Store {
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($16::text IS NULL OR r.tenant = $16) AND ($17::text IS NULL OR r.lora_adapter = $17) AND ($18::int IS NULL OR r.priority = $18)
+                 AND ($3::text IS NULL OR m.name = $3) AND ($16::text[] IS NULL OR r.tenant = ANY($16)) AND ($17::text IS NULL OR r.lora_adapter = $17) AND ($18::int IS NULL OR r.priority = $18)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
@@ -269,7 +270,7 @@ impl Store {
             f.limit,
             f.offset,
             f.engine_version,
-            f.tenant,
+            f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
         )
@@ -295,7 +296,7 @@ impl Store {
                     JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE d.causes @> ARRAY[$16::text] AND d.arrival_ns >= $4 AND d.arrival_ns < $5 AND ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text IS NULL OR r.tenant = $17) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($19::int IS NULL OR r.priority = $19)
+                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text[] IS NULL OR r.tenant = ANY($17)) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($19::int IS NULL OR r.priority = $19)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
@@ -326,7 +327,7 @@ impl Store {
             f.offset,
             f.engine_version,
             cause,
-            f.tenant,
+            f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
         )
@@ -412,7 +413,7 @@ impl Store {
                       r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text IS NULL OR r.tenant = $10) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($6, $7::text))
                ORDER BY r.arrival_ns, r.request_id
                LIMIT $8"#,
@@ -425,7 +426,7 @@ impl Store {
             after.map(|a| a.1.as_str()),
             limit,
             f.engine_version,
-            f.tenant,
+            f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
         )

@@ -176,7 +176,7 @@ impl Store {
                WHERE u.cell_ns >= $1 AND u.cell_ns < $2
                  AND ($5::text[] IS NULL OR i.instance_key = ANY($5)) AND ($6::text IS NULL OR i.engine = $6)
                  AND ($7::text IS NULL OR i.engine_version = $7) AND ($8::text IS NULL OR m.name = $8)
-                 AND ($9::text IS NULL OR u.tenant = $9) AND ($10::text IS NULL OR u.lora_adapter = $10)
+                 AND ($9::text[] IS NULL OR u.tenant = ANY($9)) AND ($10::text IS NULL OR u.lora_adapter = $10)
                GROUP BY 1, 2, 3 ORDER BY 1"#,
             from,
             to,
@@ -186,7 +186,7 @@ impl Store {
             f.engine,
             f.engine_version,
             f.model,
-            f.tenant,
+            f.tenants.as_deref(),
             f.lora_adapter,
         )
         .fetch_all(&self.pool)

@@ -13,7 +13,7 @@ pub fn item(f: Finding, instance: &str, label: String) -> impl IntoView + use<> 
     let culprits = f
         .culprits
         .iter()
-        .map(|c| view! { <a class="culprit" href=request_href(instance, c)>"◆ "{c.clone()}</a> })
+        .map(|c| culprit(instance, c))
         .collect_view();
     view! {
         <li class="finding" data-cause=f.cause.name()>
@@ -21,6 +21,17 @@ pub fn item(f: Finding, instance: &str, label: String) -> impl IntoView + use<> 
             <p>{f.summary}</p>
             <div class="culprits">{culprits}</div>
         </li>
+    }
+}
+
+/// A culprit: a link to its request page, or (another tenant's request, shown to a reader scoped
+/// to tenants under an alias) its alias as text.
+pub fn culprit(instance: &str, id: &str) -> AnyView {
+    if crate::links::is_alias(id) {
+        view! { <span class="culprit alias">"◆ "{id.to_string()}</span> }.into_any()
+    } else {
+        view! { <a class="culprit" href=request_href(instance, id)>"◆ "{id.to_string()}</a> }
+            .into_any()
     }
 }
 

@@ -1,5 +1,5 @@
 //! Who may send and who may read: ingest keys (`keys`), read access and public incident links
-//! (`read`). Both are off unless configured; the server then behaves as a trusted-network tool.
+//! (`read`), readers scoped to tenants (`scope`). Both are off unless configured; the server then behaves as a trusted-network tool.
 //!
 //! Secrets are held as SHA-256 digests and compared digest to digest over every byte, so the
 //! time a comparison takes says nothing about how much of a guess was right. They are never
@@ -7,12 +7,14 @@
 
 pub mod keys;
 pub mod read;
+pub mod scope;
 
 use axum::http::{HeaderMap, header};
 use sha2::{Digest as _, Sha256};
 
 pub use keys::{Grant, IngestKeys, KeyLayer};
 pub use read::{ReadAccess, Reader};
+pub use scope::Scope;
 
 /// What the operator configured (`serve` flags); the default lets everyone send and read.
 #[derive(Clone, Default)]
@@ -21,8 +23,12 @@ pub struct AccessConfig {
     pub ingest_keys: Option<std::path::PathBuf>,
     /// The shared read token (`--read-token`).
     pub read_token: Option<String>,
+    /// Named read tokens, each scoped to tenants or not (`--read-tokens`).
+    pub read_tokens: Option<std::path::PathBuf>,
     /// The header a trusted reverse proxy names the user in (`--trusted-user-header`).
     pub trusted_user_header: Option<String>,
+    /// The header it names the user's tenants in (`--trusted-tenants-header`).
+    pub trusted_tenants_header: Option<String>,
     /// Incident links readable without access (`--public-incidents`).
     pub public_incidents: bool,
 }
@@ -33,7 +39,9 @@ impl std::fmt::Debug for AccessConfig {
         f.debug_struct("AccessConfig")
             .field("ingest_keys", &self.ingest_keys)
             .field("read_token", &self.read_token.as_ref().map(|_| "<set>"))
+            .field("read_tokens", &self.read_tokens)
             .field("trusted_user_header", &self.trusted_user_header)
+            .field("trusted_tenants_header", &self.trusted_tenants_header)
             .field("public_incidents", &self.public_incidents)
             .finish()
     }

@@ -8,6 +8,9 @@
 //!   and names them in that header. Only safe when the proxy is the sole way to reach the HTTP
 //!   port (bind it to loopback); `docs/ACCESS.md` has an example configuration.
 //!
+//! Readers can be scoped to tenants (`access::scope`): tokens from `--read-tokens` name theirs,
+//! and with `--trusted-tenants-header` the proxy names each user's (`*` for all).
+//!
 //! With `--public-incidents`, an incident's page, Markdown and preview images are readable
 //! without access (the 128-bit slug is the capability), so a link pasted into a ticket unfurls.
 //! Health probes, `/metrics` (counts only, no text) and the browser's static files stay open;
@@ -20,6 +23,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::scope::{ReadToken, Scope, page_allowed, scope_of, tenants_of};
 use super::{Digest, MIN_SECRET_LEN, bearer, digest, same};
 use crate::error::{Error, Result};
 
@@ -40,8 +44,17 @@ pub enum Reader {
 #[derive(Debug, Clone, Default)]
 pub struct ReadAccess {
     token: Option<Digest>,
+    /// Named tokens, each scoped to tenants or not (`--read-tokens`).
+    tokens: Vec<ReadToken>,
     user_header: Option<HeaderName>,
+    /// The header the proxy names a user's tenants in (`--trusted-tenants-header`).
+    tenants_header: Option<HeaderName>,
     public_incidents: bool,
+}
+
+fn header_name(flag: &str, h: &str) -> Result<HeaderName> {
+    HeaderName::try_from(h)
+        .map_err(|_| Error::InvalidArgument(format!("{flag} {h:?} is not an HTTP header name")))
 }
 
 impl ReadAccess {
@@ -60,40 +73,86 @@ impl ReadAccess {
             )));
         }
         let user_header = user_header
-            .map(|h| {
-                HeaderName::try_from(h).map_err(|_| {
-                    Error::InvalidArgument(format!(
-                        "--trusted-user-header {h:?} is not an HTTP header name"
-                    ))
-                })
-            })
+            .map(|h| header_name("--trusted-user-header", h))
             .transpose()?;
         Ok(Self {
             token: token.map(digest),
+            tokens: Vec::new(),
             user_header,
+            tenants_header: None,
             public_incidents,
         })
     }
 
-    fn configured(&self) -> bool {
-        self.token.is_some() || self.user_header.is_some()
+    /// Adds named read tokens (`--read-tokens`) and the proxy's tenants header
+    /// (`--trusted-tenants-header`, which needs `--trusted-user-header`).
+    pub fn scoped(mut self, tokens: Vec<ReadToken>, tenants_header: Option<&str>) -> Result<Self> {
+        if tenants_header.is_some() && self.user_header.is_none() {
+            return Err(Error::InvalidArgument(
+                "--trusted-tenants-header needs --trusted-user-header (the proxy names the user and their tenants)".into(),
+            ));
+        }
+        self.tokens = tokens;
+        self.tenants_header = tenants_header
+            .map(|h| header_name("--trusted-tenants-header", h))
+            .transpose()?;
+        Ok(self)
     }
 
-    /// The reader a request shows itself to be, if any.
-    fn reader(&self, headers: &HeaderMap) -> Option<Reader> {
+    /// Whether a request may see every tenant's data: read access is off, or it presents an
+    /// unscoped credential. (`/metrics` is open to all; its exemplars name requests.)
+    pub fn sees_everything(&self, headers: &HeaderMap) -> bool {
+        !self.configured() || matches!(self.reader(headers), Some((_, Scope::All)))
+    }
+
+    fn configured(&self) -> bool {
+        self.has_tokens() || self.user_header.is_some()
+    }
+
+    /// Whether a browser can sign in with a token.
+    fn has_tokens(&self) -> bool {
+        self.token.is_some() || !self.tokens.is_empty()
+    }
+
+    /// The scope of a presented token digest: the shared token sees all, a named one its own.
+    fn token_scope(&self, presented: &Digest) -> Option<Scope> {
+        // Every token is compared, so the time taken does not say which one matched.
+        let mut found = None;
+        if self.token.as_ref().is_some_and(|t| same(presented, t)) {
+            found = Some(Scope::All);
+        }
+        for t in &self.tokens {
+            if same(presented, &t.digest) && found.is_none() {
+                found = Some(t.scope());
+            }
+        }
+        found
+    }
+
+    /// The reader a request shows itself to be, if any, and what it may see.
+    fn reader(&self, headers: &HeaderMap) -> Option<(Reader, Scope)> {
         if let Some(name) = &self.user_header
             && let Some(user) = headers.get(name).and_then(|v| v.to_str().ok())
             && !user.trim().is_empty()
         {
-            return Some(Reader::User(user.trim().to_string()));
+            let user = user.trim().to_string();
+            // With a tenants header configured, a user the proxy names no tenants for sees none.
+            let scope = match &self.tenants_header {
+                None => Scope::All,
+                Some(h) => {
+                    let list = headers.get(h).and_then(|v| v.to_str().ok()).unwrap_or("");
+                    scope_of(&user, tenants_of(list))
+                }
+            };
+            return Some((Reader::User(user), scope));
         }
-        let token = self.token.as_ref()?;
-        let by_bearer = bearer(headers).is_some_and(|b| same(&digest(b), token));
-        let by_cookie = cookie(headers, COOKIE)
-            .and_then(tokenscope_core::model::unhex)
-            .and_then(|d| Digest::try_from(d).ok())
-            .is_some_and(|d| same(&d, token));
-        (by_bearer || by_cookie).then_some(Reader::Token)
+        let presented: Option<Digest> = bearer(headers).map(digest).or_else(|| {
+            cookie(headers, COOKIE)
+                .and_then(tokenscope_core::model::unhex)
+                .and_then(|d| Digest::try_from(d).ok())
+        });
+        let scope = self.token_scope(&presented?)?;
+        Some((Reader::Token, scope))
     }
 }
 
@@ -134,11 +193,24 @@ pub async fn gate(State(access): State<Arc<ReadAccess>>, mut req: Request, next:
         req.extensions_mut().insert(Reader::Open);
         return next.run(req).await;
     }
-    if let Some(reader) = access.reader(req.headers()) {
+    if let Some((reader, scope)) = access.reader(req.headers()) {
         if let Reader::User(user) = &reader {
             tracing::debug!(%user, "reader");
         }
+        // Default deny for a scoped reader: the pages that show only what it may see (the API
+        // has its own guard, which pages rendered on the server also pass).
+        if let Scope::Tenants { tenants, .. } = &scope
+            && !path.starts_with("/api/")
+            && !page_allowed(path)
+        {
+            let message = format!(
+                "a reader scoped to the tenants {} may not open {path}",
+                tenants.join(", ")
+            );
+            return Error::Forbidden(message).into_response();
+        }
         req.extensions_mut().insert(reader);
+        req.extensions_mut().insert(scope);
         return next.run(req).await;
     }
     if access.public_incidents && incident_link(req.method(), path) {
@@ -154,7 +226,7 @@ fn refuse(access: &ReadAccess, req: &Request) -> Response {
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|a| a.contains("text/html"));
-    if wants_page && access.token.is_some() {
+    if wants_page && access.has_tokens() {
         let here = req
             .uri()
             .path_and_query()
@@ -221,11 +293,11 @@ pub async fn login(
     axum::Form(form): axum::Form<LoginForm>,
 ) -> Response {
     let next = local(form.next.as_deref());
-    let Some(token) = access.token else {
+    if !access.has_tokens() {
         return login_html(&access, next, None);
-    };
+    }
     let presented = digest(form.token.trim());
-    if !same(&presented, &token) {
+    if access.token_scope(&presented).is_none() {
         tracing::info!("sign-in refused: wrong read token");
         return login_html(
             &access,
@@ -269,7 +341,7 @@ pub async fn logout() -> Response {
 
 fn login_html(access: &ReadAccess, next: &str, error: Option<&str>) -> Response {
     use tokenscope_core::html::escape;
-    let body = if access.token.is_some() {
+    let body = if access.has_tokens() {
         let going = if next == "/" {
             String::new()
         } else {
@@ -346,7 +418,7 @@ mod tests {
             tokenscope_core::model::hex(&digest("0123456789abcdef"))
         );
         h.insert(header::COOKIE, value.parse().unwrap());
-        assert_eq!(access.reader(&h), Some(Reader::Token));
+        assert_eq!(access.reader(&h), Some((Reader::Token, Scope::All)));
         h.insert(header::COOKIE, format!("{COOKIE}=00").parse().unwrap());
         assert_eq!(access.reader(&h), None);
         assert!(ReadAccess::new(Some("short"), None, false).is_err());

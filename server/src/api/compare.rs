@@ -59,7 +59,7 @@ pub(super) async fn compare(
     // Two tenants (adapters, priorities) compare over the same time; otherwise A is before B.
     let same_time = a.from_ns.is_none()
         && a.to_ns.is_none()
-        && (a.tenant != b.tenant || a.lora_adapter != b.lora_adapter || a.priority != b.priority);
+        && (a.tenants != b.tenants || a.lora_adapter != b.lora_adapter || a.priority != b.priority);
     let a_to = *a.to_ns.get_or_insert(if same_time { b_to } else { b_from });
     a.from_ns.get_or_insert(a_to - (b_to - b_from));
     ordered(&a, "a")?;

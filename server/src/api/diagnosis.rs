@@ -4,37 +4,43 @@
 use axum::{
     Json,
     extract::{Path, Query, State},
+    response::Response,
 };
 
 use tokenscope_core::analysis::diagnosis::Diagnosis;
 use tokenscope_core::api::VictimList;
 
 use super::{ThresholdParams, list, parse_int};
+use crate::access::Scope;
 use crate::error::{Error, Result};
 use crate::store::{RequestFilter, Store};
 
 pub(super) async fn diagnose_request(
     State(store): State<Store>,
+    scope: Scope,
     Path(request_id): Path<String>,
     Query(p): Query<ThresholdParams>,
-) -> Result<Json<Diagnosis>> {
+) -> Result<Response> {
     let th = p.thresholds()?;
     let instances = list(p.instance.clone());
-    Ok(Json(
-        crate::query::diagnosis::request(&store, &request_id, &instances, &th).await?,
-    ))
+    let l = crate::query::requests::load(&store, &request_id, &instances).await?;
+    let redact = scope.request(&store, &l).await?;
+    redact.json(&crate::query::diagnosis::loaded(&store, &l, &th).await?)
 }
 
 /// `GET /api/v1/requests/{id}/victims`: the requests whose stored findings name this one as a
 /// culprit.
 pub(super) async fn victims(
     State(store): State<Store>,
+    scope: Scope,
     Path(request_id): Path<String>,
     Query(p): Query<ThresholdParams>,
-) -> Result<Json<VictimList>> {
+) -> Result<Response> {
     let instances = list(p.instance.clone());
     let l = crate::query::requests::load(&store, &request_id, &instances).await?;
-    Ok(Json(crate::query::findings::victims(&store, &l).await?))
+    let redact = scope.request(&store, &l).await?;
+    let v: VictimList = crate::query::findings::victims(&store, &l).await?;
+    redact.json(&v)
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -53,13 +59,13 @@ pub(super) async fn diagnose_window(
             "limit={limit} must be between 1 and 5000"
         )));
     }
-    let (tenant, lora_adapter, priority) =
+    let (tenants, lora_adapter, priority) =
         super::slice(p.tenant.clone(), p.adapter.clone(), &p.priority)?;
     let filter = RequestFilter {
         instances: list(p.instance.clone()),
         from_ns: parse_int("from", p.from.as_deref())?,
         to_ns: parse_int("to", p.to.as_deref())?,
-        tenant,
+        tenants,
         lora_adapter,
         priority,
         ..RequestFilter::default()

@@ -10,6 +10,7 @@ use axum::{
 use tokenscope_core::api::RequestDetail;
 
 use super::{ThresholdParams, list};
+use crate::access::Scope;
 use crate::error::Result;
 use crate::export;
 use crate::store::Store;
@@ -18,6 +19,7 @@ use crate::store::Store;
 /// attachment named `{id}.{suffix}`.
 async fn download(
     store: &Store,
+    scope: &Scope,
     request_id: &str,
     p: &ThresholdParams,
     suffix: &str,
@@ -25,7 +27,12 @@ async fn download(
     render: fn(&RequestDetail) -> String,
 ) -> Result<impl IntoResponse + use<>> {
     let th = p.thresholds()?;
-    let d = crate::query::requests::get(store, request_id, &list(p.instance.clone()), &th).await?;
+    let (loaded, loads) =
+        crate::query::requests::load_with_steps(store, request_id, &list(p.instance.clone()))
+            .await?;
+    // A reader scoped to tenants: its own request only, other tenants' ids aliased.
+    let redact = scope.request(store, &loaded).await?;
+    let d = crate::query::requests::detail(loaded, &loads, &th);
     let name = format!("{}.{suffix}", export::file_stem(request_id));
     Ok((
         [
@@ -35,18 +42,20 @@ async fn download(
                 format!("attachment; filename=\"{name}\""),
             ),
         ],
-        render(&d),
+        redact.apply(&render(&d)),
     ))
 }
 
 pub(super) async fn tokens_csv(
     State(store): State<Store>,
+    scope: Scope,
     Path(request_id): Path<String>,
     Query(p): Query<ThresholdParams>,
 ) -> Result<impl IntoResponse> {
     let csv = "text/csv; charset=utf-8";
     download(
         &store,
+        &scope,
         &request_id,
         &p,
         "tokens.csv",
@@ -58,12 +67,14 @@ pub(super) async fn tokens_csv(
 
 pub(super) async fn chrome_trace(
     State(store): State<Store>,
+    scope: Scope,
     Path(request_id): Path<String>,
     Query(p): Query<ThresholdParams>,
 ) -> Result<impl IntoResponse> {
     let json = "application/json";
     download(
         &store,
+        &scope,
         &request_id,
         &p,
         "trace.json",

@@ -1,5 +1,6 @@
 //! `GET /metrics`: the server's self-metrics for Prometheus: the text format 0.0.4, or OpenMetrics
-//! 1.0 with exemplars when the scraper's `Accept` asks for it (Prometheus does).
+//! 1.0 with exemplars when the scraper's `Accept` asks for it (Prometheus does) and, with read
+//! access on, presents a credential that sees every tenant.
 
 use std::borrow::Cow;
 
@@ -19,10 +20,13 @@ const FINDINGS_OVER_NS: i64 = 3_600 * 1_000_000_000;
 /// The counters, and the gauges read now: the pool, the budget, the spans OTLP holds, the
 /// findings worker's backlog and the last hour's findings.
 pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<impl IntoResponse> {
+    // Exemplars carry request ids: with read access on, only for a reader who may see them all
+    // (give Prometheus the read token); anyone else gets the text format without them.
     let openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("application/openmetrics-text"));
+        .is_some_and(|v| v.contains("application/openmetrics-text"))
+        && state.read.sees_everything(&headers);
     let AppState {
         sink, otlp, budget, ..
     } = &state;

@@ -85,6 +85,8 @@ pub fn router(state: AppState, keys: Option<Arc<IngestKeys>>) -> Router {
         .route("/readyz", get(readyz))
         .with_state(state)
         .merge(import)
+        // Readers scoped to tenants reach only the routes that narrow to them.
+        .layer(axum::middleware::from_fn(crate::access::scope::guard))
 }
 
 /// The filters of a request list (also of latency and compare).
@@ -150,8 +152,8 @@ fn non_empty(v: Option<String>) -> Option<String> {
 }
 
 /// The slice parameters (`tenant`, `adapter`, `priority`) as a request filter takes them: the
-/// tenant, the LoRA adapter and the priority, each when given.
-type Slice = (Option<String>, Option<String>, Option<i32>);
+/// tenants (comma-separated), the LoRA adapter and the priority, each when given.
+type Slice = (Option<Vec<String>>, Option<String>, Option<i32>);
 
 fn slice(
     tenant: Option<String>,
@@ -159,7 +161,7 @@ fn slice(
     priority: &Option<String>,
 ) -> Result<Slice> {
     Ok((
-        non_empty(tenant),
+        non_empty(tenant).map(|t| crate::store::split_list(&t)),
         non_empty(adapter),
         parse_num("priority", priority)?,
     ))
@@ -211,7 +213,7 @@ impl ListParams {
             ..ThresholdParams::default()
         }
         .thresholds()?;
-        let (tenant, lora_adapter, priority) = slice(self.tenant, self.adapter, &self.priority)?;
+        let (tenants, lora_adapter, priority) = slice(self.tenant, self.adapter, &self.priority)?;
         Ok(RequestFilter {
             instances: list(self.instance),
             engine: non_empty(self.engine),
@@ -223,7 +225,7 @@ impl ListParams {
             slo_breach,
             slo_ns: ((th.ttft_ms * 1e6) as i64, (th.tpot_ms * 1e6) as i64),
             cause,
-            tenant,
+            tenants,
             lora_adapter,
             priority,
             order,

@@ -3,19 +3,23 @@
 use axum::{
     Json,
     extract::{Path, Query, State},
+    response::Response,
 };
 
-use tokenscope_core::api::{RequestDetail, RequestList};
+use tokenscope_core::api::RequestList;
 
 use super::{ListParams, ThresholdParams, list};
+use crate::access::Scope;
 use crate::error::Result;
 use crate::store::Store;
 
 pub(super) async fn list_requests(
     State(store): State<Store>,
+    scope: Scope,
     Query(params): Query<ListParams>,
 ) -> Result<Json<RequestList>> {
-    let filter = params.into_filter()?;
+    let mut filter = params.into_filter()?;
+    filter.tenants = scope.narrow(filter.tenants);
     let (requests, total, findings_behind) = crate::query::requests::list(&store, &filter).await?;
     Ok(Json(RequestList {
         requests,
@@ -24,14 +28,17 @@ pub(super) async fn list_requests(
     }))
 }
 
+/// A reader scoped to tenants gets only its own requests, other tenants' ids in it aliased.
 pub(super) async fn get_request(
     State(store): State<Store>,
+    scope: Scope,
     Path(request_id): Path<String>,
     Query(p): Query<ThresholdParams>,
-) -> Result<Json<RequestDetail>> {
+) -> Result<Response> {
     let th = p.thresholds()?;
     let instances = list(p.instance.clone());
-    Ok(Json(
-        crate::query::requests::get(&store, &request_id, &instances, &th).await?,
-    ))
+    let (loaded, loads) =
+        crate::query::requests::load_with_steps(&store, &request_id, &instances).await?;
+    let redact = scope.request(&store, &loaded).await?;
+    redact.json(&crate::query::requests::detail(loaded, &loads, &th))
 }

@@ -10,6 +10,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{ListParams, non_empty, width_px};
+use crate::access::Scope;
 use crate::error::{Error, Result};
 use crate::store::{Store, UsageBy};
 
@@ -27,6 +28,7 @@ pub(super) struct UsageParams {
 /// `GET /api/v1/usage?instance=&engine=&model=&tenant=&adapter=&from=&to=&by=&width_px=&format=`.
 pub(super) async fn usage(
     State(store): State<Store>,
+    scope: Scope,
     Query(p): Query<UsageParams>,
 ) -> Result<Response> {
     let width = width_px(p.width_px.as_deref(), 600, 5_000)?;
@@ -43,7 +45,9 @@ pub(super) async fn usage(
             )));
         }
     };
-    let f = p.list.into_filter()?;
+    let mut f = p.list.into_filter()?;
+    // A reader scoped to tenants sees its tenants' time only.
+    f.tenants = scope.narrow(f.tenants);
     // GPU time is kept per minute by model, tenant and adapter; a request's other traits are not.
     for (name, set) in [
         ("priority", f.priority.is_some()),

@@ -40,7 +40,7 @@ pub async fn open(store: &Store, scope: AlertScope, now_ns: Nanos) -> Result<Ope
     let f = RequestFilter {
         instances: vec![scope.instance.clone()],
         model: scope.model,
-        tenant: scope.tenant,
+        tenants: scope.tenant.map(|t| vec![t]),
         from_ns: Some(scope.from_ns),
         to_ns: Some(scope.to_ns),
         ..RequestFilter::default()

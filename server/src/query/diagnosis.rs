@@ -135,9 +135,9 @@ pub async fn window(
 /// Whether `t` was served to `f`'s tenant, through its adapter, at its priority (each when set).
 fn in_slice(f: &RequestFilter, t: &RequestTrace) -> bool {
     let s = &t.served;
-    f.tenant
+    f.tenants
         .as_ref()
-        .is_none_or(|x| s.tenant.as_ref() == Some(x))
+        .is_none_or(|ts| s.tenant.as_ref().is_some_and(|t| ts.contains(t)))
         && f.lora_adapter
             .as_ref()
             .is_none_or(|x| s.lora_adapter.as_ref() == Some(x))

@@ -119,7 +119,7 @@ pub async fn compare_side(
         engine: f.engine.clone(),
         engine_version: f.engine_version.clone(),
         model: f.model.clone(),
-        tenant: f.tenant.clone(),
+        tenant: f.tenants.as_ref().map(|t| t.join(",")),
         lora_adapter: f.lora_adapter.clone(),
         priority: f.priority,
         from_ns: f.from_ns.unwrap_or(Nanos::MIN),

@@ -27,6 +27,7 @@ mod pd_clocks;
 mod query_api;
 mod redact;
 mod replicas;
+mod scoped;
 mod security_headers;
 mod shutdown;
 mod sim_scenarios;

@@ -7,7 +7,6 @@ use leptos::prelude::*;
 use super::Rq;
 use super::token_text::{Piece, candidate, pieces, plain};
 use crate::api::TokenView;
-use crate::links::request_href;
 use crate::ui::format::{duration_ms, thousands};
 
 /// UTF-8 bytes in hex, for text whose characters do not show what they are.
@@ -89,7 +88,7 @@ fn timing(t: &TokenView, instance: &str) -> impl IntoView + use<> {
         .prefilled_meanwhile
         .iter()
         .take(12)
-        .map(|c| view! { <a class="culprit" href=request_href(instance, c)>"◆ "{c.clone()}</a> })
+        .map(|c| crate::ui::finding::culprit(instance, c))
         .collect_view();
     view! {
         <div class="tp-timing">

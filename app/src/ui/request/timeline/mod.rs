@@ -15,7 +15,6 @@ use leptos::prelude::*;
 use super::Rq;
 use super::token_text::plain;
 use crate::api::TokenView;
-use crate::links::request_href;
 use crate::ui::format::{duration_ms, thousands};
 
 /// CSS heights of the canvas's parts.
@@ -60,7 +59,7 @@ pub fn Timeline(rq: Rq) -> impl IntoView {
                     .prefilled_meanwhile
                     .iter()
                     .take(6)
-                    .map(|c| view! { <a class="culprit" href=request_href(&instance, c)>"◆ "{c.clone()}</a> })
+                    .map(|c| crate::ui::finding::culprit(&instance, c))
                     .collect_view();
                 view! {
                     <li data-token=i>

@@ -1,0 +1,91 @@
+// A customer's view: a reader whose token is bound to tenant acme (a second server on the demo
+// data, scripts/test) sees acme's requests only, sees that another tenant's prompts stalled its
+// request's decode (aliased, with their share), and not one byte of any reply the browser gets
+// names a globex request or trace, or globex. An unscoped reader sees both tenants.
+import { test, expect, Page, request as pw } from "@playwright/test";
+
+const SCOPED = process.env.TOKENSCOPE_E2E_SCOPED_URL as string;
+const ACME = "e2e-acme-token-0001";
+const SRE = "e2e-sre-token-000001";
+
+async function hydrated(page: Page) {
+  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
+}
+
+async function signIn(page: Page, token: string) {
+  await page.goto(`${SCOPED}/login`);
+  await page.locator('input[name="token"]').fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+}
+
+/// Every id and trace id of globex's requests, from the unscoped server.
+async function globex(): Promise<string[]> {
+  const api = await pw.newContext();
+  const body = await (await api.get(`${process.env.TOKENSCOPE_E2E_URL}/api/v1/requests?tenant=globex&from=0&to=4000000000000000000&limit=10000`)).json();
+  const out: string[] = [];
+  for (const r of body.requests) out.push(r.request_id);
+  expect(out.length).toBeGreaterThan(10);
+  return out;
+}
+
+/// Whether `body` holds `id` as a whole word (an instance sim-pid-control is not request pid-control).
+function mentions(body: string, id: string): boolean {
+  const esc = id.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  return new RegExp(`(^|[^A-Za-z0-9_-])${esc}($|[^A-Za-z0-9_-])`).test(body);
+}
+
+test("a reader bound to acme sees acme only, and the other tenant's culprits as aliases with their share", async ({ page }) => {
+  expect(SCOPED, "TOKENSCOPE_E2E_SCOPED_URL: the scoped server (scripts/test starts it)").toBeTruthy();
+  const theirs = await globex();
+  const bodies: { url: string; body: string }[] = [];
+  page.on("response", async (r) => {
+    try {
+      bodies.push({ url: r.url(), body: await r.text() });
+    } catch {}
+  });
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await signIn(page, ACME);
+
+  // The explorer: acme's requests only.
+  await page.goto(`${SCOPED}/?instance=sim-azure-conv`);
+  await expect(page.getByTestId("tenant-cell").first()).toBeVisible();
+  for (const t of await page.getByTestId("tenant-cell").allInnerTexts()) expect(t.startsWith("acme")).toBe(true);
+
+  // Its stalled request: the diagnosis names globex's prompts as another tenant's, with shares.
+  await page.goto(`${SCOPED}/requests/pid-victim?instance=sim-pid`);
+  await hydrated(page);
+  const finding = page.locator('li.finding[data-cause="prefill_interrupted_decode"]');
+  await expect(finding).toContainText(/another tenant's request [0-9a-f]{6} [0-9.]+ s \(\d+ %\)/);
+  await expect(finding.locator(".culprit.alias").first()).toBeVisible();
+  await expect(finding.locator("a.culprit").first()).toContainText("pid-prefill-02"); // acme's own prompt, by id
+  await page.screenshot({ path: "test-results/scoped-request.png" });
+
+  // GPU time: acme's only.
+  await page.goto(`${SCOPED}/usage?instance=sim-azure-conv`);
+  await expect(page.getByTestId("usage-row").first()).toBeVisible();
+  for (const t of await page.getByTestId("usage-row").allInnerTexts()) expect(t.startsWith("acme")).toBe(true);
+
+  // The other tenant's request does not exist for this reader; the waterfall is closed to it.
+  const other = await page.goto(`${SCOPED}/api/v1/requests/pid-prefill-00?instance=sim-pid`);
+  expect(other?.status()).toBe(404);
+  const wf = await page.goto(`${SCOPED}/waterfall?instance=sim-pid`);
+  expect(wf?.status()).toBe(403);
+
+  // Not a byte of what the browser received names globex's requests or globex.
+  expect(bodies.length).toBeGreaterThan(5);
+  for (const { url, body } of bodies) {
+    if (url.includes("pid-prefill-00")) continue; // the 404 repeats the id it was asked for
+    expect(body.includes("globex"), `${url} names globex`).toBe(false);
+    for (const id of theirs) expect(mentions(body, id), `${url} shows ${id}`).toBe(false);
+  }
+});
+
+test("an unscoped reader on the same server sees both tenants and the culprits by id", async ({ page }) => {
+  await signIn(page, SRE);
+  await page.goto(`${SCOPED}/requests/pid-victim?instance=sim-pid`);
+  const finding = page.locator('li.finding[data-cause="prefill_interrupted_decode"]');
+  await expect(finding).toContainText("pid-prefill-00");
+  await expect(finding.locator(".culprit.alias")).toHaveCount(0);
+  await page.goto(`${SCOPED}/?instance=sim-azure-conv&tenant=globex`);
+  await expect(page.getByTestId("tenant-cell").first()).toContainText("globex");
+});

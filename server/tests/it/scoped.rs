@@ -1,0 +1,244 @@
+//! Readers scoped to tenants: a token bound to tenant acme sees acme's requests only, in every
+//! list, chart and export; sees that another tenant's prompt stalled its request (the culprit
+//! under an alias, with its share); and no byte it receives names the other tenant's requests
+//! (ids, trace ids, the tenant). Routes that do not narrow to the reader are refused. A proxy
+//! naming the user's tenants scopes the same way; an unscoped token sees both tenants.
+
+use std::collections::BTreeSet;
+
+use crate::common;
+
+use common::*;
+use tokenscope_sim::scenarios;
+
+const ACME: &str = "acme-reader-token-0001";
+const SRE: &str = "sre-reader-token-00001";
+
+#[test]
+fn a_reader_scoped_to_a_tenant_sees_its_own_and_others_only_as_aliases() {
+    on_server_stacks(scoped_reader());
+}
+
+async fn scoped_reader() {
+    let tokens = temp_file(&format!("acme-reader {ACME} acme\nsre {SRE} *\n"));
+    let path = tokens.0.clone();
+    let app = spawn_app_with(move |c| c.access.read_tokens = Some(path)).await;
+
+    // What the engine did: a long prompt (globex's) interrupted the victims' decode (acme's).
+    let mut s = scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
+    let victims: BTreeSet<String> = s.truth.victims.iter().cloned().collect();
+    for run in &mut s.runs {
+        for r in &mut run.output.requests {
+            let acme = victims.contains(&r.request_id);
+            r.served.tenant = Some(if acme { "acme" } else { "globex" }.into());
+        }
+    }
+    app.send_sim(&s.runs).await;
+    let theirs: Vec<String> = s
+        .runs
+        .iter()
+        .flat_map(|r| &r.output.requests)
+        .filter(|r| !victims.contains(&r.request_id))
+        .flat_map(|r| [Some(r.request_id.clone()), r.trace_id.clone()])
+        .flatten()
+        .collect();
+    assert!(!s.truth.culprits.is_empty() && theirs.len() > s.truth.culprits.len());
+    let victim = s.truth.victims[0].clone();
+    let instance = s.truth.instance.clone();
+
+    let get = |token: &'static str, path: String| {
+        let req = app
+            .client
+            .get(format!("{}{path}", app.http))
+            .bearer_auth(token)
+            .header("accept", "text/html,application/json");
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+
+    // Every route a scoped reader may use, and what each must show.
+    let q = format!("instance={instance}");
+    let window = format!("from={}&to={}", T0 - 60_000_000_000, T0 + 3_600_000_000_000);
+    let open = [
+        "/".to_string(),
+        format!("/?{q}"),
+        format!("/usage?{q}&{window}"),
+        format!("/requests/{victim}?{q}"),
+        format!("/api/v1/requests?{window}&limit=1000"),
+        format!("/api/v1/requests?{window}&tenant=globex"),
+        format!("/api/v1/requests?find={}", s.truth.culprits[0]),
+        format!("/api/v1/latency?{window}"),
+        format!("/api/v1/usage?{window}"),
+        format!("/api/v1/usage?{window}&by=model&format=csv"),
+        "/api/v1/instances".to_string(),
+        format!("/api/v1/requests/{victim}?{q}"),
+        format!("/api/v1/requests/{victim}/diagnosis?{q}"),
+        format!("/api/v1/requests/{victim}/victims?{q}"),
+        format!("/api/v1/requests/{victim}/tokens.csv?{q}"),
+        format!("/api/v1/requests/{victim}/trace.json?{q}"),
+    ];
+    // Not one byte names the other tenant's requests, or the tenant.
+    let leaks = |path: &str, body: &str| {
+        for id in &theirs {
+            assert!(!mentions(body, id), "{path} shows {id} to the acme reader");
+        }
+        assert!(!body.contains("globex"), "{path} names the other tenant");
+    };
+    for path in &open {
+        let (status, body) = get(ACME, path.clone()).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        leaks(path, &body);
+    }
+    // Refused: what does not narrow to the reader, and the other tenant's requests.
+    let refused = [
+        (403, format!("/waterfall?{q}")),
+        (403, "/compare".to_string()),
+        (403, "/incidents".to_string()),
+        (403, format!("/api/v1/waterfall?{q}&{window}")),
+        (403, format!("/api/v1/compare?a_{q}&b_{q}")),
+        (403, format!("/api/v1/diagnosis?{window}")),
+        (403, "/api/v1/incidents".to_string()),
+        (404, format!("/api/v1/requests/{}?{q}", s.truth.culprits[0])),
+        (
+            404,
+            format!("/api/v1/requests/{}/diagnosis?{q}", s.truth.culprits[0]),
+        ),
+        (
+            404,
+            format!("/api/v1/requests/{}/tokens.csv?{q}", s.truth.culprits[0]),
+        ),
+    ];
+    for (want, path) in &refused {
+        let (status, body) = get(ACME, path.clone()).await;
+        assert_eq!(status, *want, "{path}: {body}");
+        // A "not found" repeats the id asked for, nothing else.
+        if *want == 403 {
+            leaks(path, &body);
+        }
+    }
+    // The other tenant's request page says it does not exist (echoing only the id asked for).
+    let (_, page) = get(ACME, format!("/requests/{}?{q}", s.truth.culprits[0])).await;
+    assert!(page.contains("no request"), "{page}");
+    assert!(!page.contains("globex") && !page.contains("prompt_tokens"));
+    let post = app
+        .client
+        .post(format!("{}/api/v1/incidents", app.http))
+        .bearer_auth(ACME)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 403);
+
+    // Its own: every acme request listed, nothing else.
+    let (_, list) = get(ACME, format!("/api/v1/requests?{window}&limit=1000")).await;
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let listed: BTreeSet<String> = list["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["request_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, victims);
+
+    // What the other tenant did to it: the stall, the culprit under an alias, its share.
+    let (_, d) = get(ACME, format!("/api/v1/requests/{victim}/diagnosis?{q}")).await;
+    let d: serde_json::Value = serde_json::from_str(&d).unwrap();
+    assert_eq!(d["verdict"], "degraded", "{d}");
+    let f = d["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["cause"] == "prefill_interrupted_decode")
+        .unwrap_or_else(|| panic!("{d}"));
+    let culprit = f["culprits"][0].as_str().unwrap();
+    assert!(
+        culprit.starts_with("another tenant's request "),
+        "{culprit}"
+    );
+    assert!(f["summary"].as_str().unwrap().contains(culprit), "{f}");
+    let share = &f["evidence"]["culprits"][0];
+    assert_eq!(share["request_id"], culprit, "{f}");
+    assert!(share["held_ms"].as_f64().unwrap() > 0.0, "{f}");
+    // The same alias in every reply for this reader.
+    let (_, page) = get(ACME, format!("/api/v1/requests/{victim}?{q}")).await;
+    assert!(!mentions(&page, &s.truth.culprits[0]));
+
+    // `/metrics` is open, but its exemplars (request ids) only go to a reader who sees all.
+    let om = |token: Option<&'static str>| {
+        let mut req = app
+            .client
+            .get(format!("{}/metrics", app.http))
+            .header("accept", "application/openmetrics-text; version=1.0.0");
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        async move {
+            req.send().await.unwrap().headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    assert!(
+        om(Some(SRE))
+            .await
+            .starts_with("application/openmetrics-text")
+    );
+    assert!(om(Some(ACME)).await.starts_with("text/plain"));
+    assert!(om(None).await.starts_with("text/plain"));
+
+    // An unscoped reader sees both tenants and the culprit by its id.
+    let (status, all) = get(SRE, format!("/api/v1/requests?{window}&limit=1000")).await;
+    assert_eq!(status, 200);
+    assert!(all.contains("globex") && all.contains(&s.truth.culprits[0]));
+    let (_, d) = get(SRE, format!("/api/v1/requests/{victim}/diagnosis?{q}")).await;
+    assert!(d.contains(&s.truth.culprits[0]), "{d}");
+    assert_eq!(get(SRE, format!("/waterfall?{q}")).await.0, 200);
+}
+
+/// Whether `body` holds `id` as a whole word (an instance `sim-pid-control` does not mention
+/// the request `pid-control`).
+fn mentions(body: &str, id: &str) -> bool {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_');
+    body.match_indices(id).any(|(at, _)| {
+        !word(body[..at].chars().next_back()) && !word(body[at + id.len()..].chars().next())
+    })
+}
+
+#[tokio::test]
+async fn a_proxy_names_the_users_tenants_and_a_user_without_them_sees_none() {
+    let app = spawn_app_with(|c| {
+        c.access.trusted_user_header = Some("x-forwarded-user".into());
+        c.access.trusted_tenants_header = Some("x-forwarded-tenants".into());
+    })
+    .await;
+    let mut s = scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
+    for run in &mut s.runs {
+        for r in &mut run.output.requests {
+            let acme = s.truth.victims.contains(&r.request_id);
+            r.served.tenant = Some(if acme { "acme" } else { "globex" }.into());
+        }
+    }
+    app.send_sim(&s.runs).await;
+    let count = |tenants: Option<&'static str>| {
+        let mut req = app
+            .client
+            .get(format!("{}/api/v1/requests?limit=1000", app.http))
+            .header("x-forwarded-user", "ana");
+        if let Some(t) = tenants {
+            req = req.header("x-forwarded-tenants", t);
+        }
+        async move {
+            let v: serde_json::Value = req.send().await.unwrap().json().await.unwrap();
+            v["total"].as_u64().unwrap()
+        }
+    };
+    let all: usize = s.runs.iter().map(|r| r.output.requests.len()).sum();
+    assert_eq!(count(Some("acme")).await, s.truth.victims.len() as u64);
+    assert_eq!(count(Some("*")).await, all as u64);
+    assert_eq!(count(Some("acme,globex")).await, all as u64);
+    assert_eq!(count(None).await, 0, "no tenants named: none seen");
+}
