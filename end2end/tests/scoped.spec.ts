@@ -1,6 +1,6 @@
 // A customer's view: a reader whose token is bound to tenant acme (a second server on the demo
 // data, scripts/test) sees acme's requests only, sees that another tenant's prompts stalled its
-// request's decode (aliased, with their share), and not one byte of any reply the browser gets
+// request's decode (aliased, with their share; on the waterfall too), and not one byte of any reply the browser gets
 // names a globex request or trace, or globex. An unscoped reader sees both tenants.
 import { test, expect, Page, request as pw } from "@playwright/test";
 
@@ -65,11 +65,21 @@ test("a reader bound to acme sees acme only, and the other tenant's culprits as 
   await expect(page.getByTestId("usage-row").first()).toBeVisible();
   for (const t of await page.getByTestId("usage-row").allInnerTexts()) expect(t.startsWith("acme")).toBe(true);
 
-  // The other tenant's request does not exist for this reader; the waterfall is closed to it.
+  // The waterfall: its request among the others, which are there (they held the engine) under
+  // their aliases.
+  await page.goto(`${SCOPED}/?instance=sim-pid`);
+  await hydrated(page);
+  await page.getByTestId("requests").locator('tbody tr[data-request="pid-victim"]').getByTestId("waterfall-link").click();
+  await expect(page).toHaveURL(/\/waterfall\?instance=sim-pid.*focus=pid-victim/);
+  await page.waitForFunction(() => ((window as any).__tsFrameMs ?? []).length > 0, null, { timeout: 15_000 });
+  await expect(page.locator(".wf-row-label", { hasText: "another tenant's request" }).first()).toBeVisible();
+  await page.screenshot({ path: "test-results/scoped-waterfall.png" });
+
+  // The other tenant's request does not exist for this reader; compare is closed to it.
   const other = await page.goto(`${SCOPED}/api/v1/requests/pid-prefill-00?instance=sim-pid`);
   expect(other?.status()).toBe(404);
-  const wf = await page.goto(`${SCOPED}/waterfall?instance=sim-pid`);
-  expect(wf?.status()).toBe(403);
+  const cmp = await page.goto(`${SCOPED}/compare`);
+  expect(cmp?.status()).toBe(403);
 
   // Not a byte of what the browser received names globex's requests or globex.
   expect(bodies.length).toBeGreaterThan(5);

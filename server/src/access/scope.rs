@@ -5,8 +5,9 @@
 //!
 //! Default deny: a scoped reader reaches only the routes listed here ([`page_allowed`],
 //! [`api_allowed`]), each of which narrows its data to the reader's tenants (lists, charts, GPU
-//! time) or checks the one request it shows and rewrites the ids of other tenants' requests in
-//! every byte of its reply ([`Redactor`]). A route added later stays closed to scoped readers
+//! time), checks the one request it shows, or (the waterfall) shows other tenants' tracks under
+//! their aliases, and rewrites the ids of other tenants' requests in every byte of its reply
+//! ([`Redactor`]). A route added later stays closed to scoped readers
 //! until it does the same.
 
 use std::collections::HashMap;
@@ -184,6 +185,49 @@ impl Scope {
     }
 }
 
+impl Scope {
+    /// A waterfall as this reader may see it: another tenant's track keeps its timing, phases
+    /// and sizes (what it did to the reader's requests) under its alias, without its tenant,
+    /// adapter or priority; its id is rewritten wherever else it occurs.
+    pub async fn waterfall(
+        &self,
+        store: &Store,
+        instances: &[String],
+        w: &mut tokenscope_core::analysis::waterfall::Waterfall,
+    ) -> Result<Redactor> {
+        let Scope::Tenants { .. } = self else {
+            return Ok(Redactor::default());
+        };
+        let set = store.resolve_instances(instances).await?;
+        let mut tenant_of: HashMap<String, Option<String>> = HashMap::new();
+        for id in &set.ids {
+            tenant_of.extend(store.tenants_alive(*id, w.from_ns, w.to_ns).await?);
+        }
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+        for (id, tenant) in &tenant_of {
+            if self.sees(tenant.as_deref()) {
+                mine.push(id.clone());
+            } else {
+                theirs.push(id.clone());
+            }
+        }
+        for t in &mut w.tracks {
+            // A track not found among the window's requests is not shown as the reader's.
+            let tenant = tenant_of.get(&t.request_id).cloned().flatten();
+            if !self.sees(tenant.as_deref()) {
+                if !tenant_of.contains_key(&t.request_id) {
+                    theirs.push(t.request_id.clone());
+                }
+                t.request_id = self.alias(&t.request_id);
+                t.tenant = None;
+                t.lora_adapter = None;
+                t.priority = None;
+            }
+        }
+        Ok(Redactor::new(self, &mine, &theirs))
+    }
+}
+
 /// A random salt per server run: aliases cannot be computed from ids by anyone else.
 fn salt() -> &'static str {
     static SALT: OnceLock<String> = OnceLock::new();
@@ -281,9 +325,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Scope {
     }
 }
 
-/// Pages a scoped reader may open: the explorer, request pages and GPU time.
+/// Pages a scoped reader may open: the explorer, the waterfall, request pages and GPU time.
 pub fn page_allowed(path: &str) -> bool {
-    path == "/" || path == "/usage" || path.starts_with("/requests/")
+    matches!(path, "/" | "/usage" | "/waterfall") || path.starts_with("/requests/")
 }
 
 /// Query API routes a scoped reader may call (GET): those that narrow to its tenants or check
@@ -294,7 +338,11 @@ pub fn api_allowed(method: &Method, path: &str) -> bool {
     }
     if matches!(
         path,
-        "/api/v1/requests" | "/api/v1/latency" | "/api/v1/usage" | "/api/v1/instances"
+        "/api/v1/requests"
+            | "/api/v1/latency"
+            | "/api/v1/usage"
+            | "/api/v1/instances"
+            | "/api/v1/waterfall"
     ) {
         return true;
     }
@@ -394,8 +442,8 @@ mod tests {
         assert!(api_allowed(&get, "/api/v1/requests"));
         assert!(api_allowed(&get, "/api/v1/requests/abc/diagnosis"));
         assert!(api_allowed(&get, "/api/v1/requests/abc/tokens.csv"));
+        assert!(api_allowed(&get, "/api/v1/waterfall"));
         for path in [
-            "/api/v1/waterfall",
             "/api/v1/compare",
             "/api/v1/diagnosis",
             "/api/v1/incidents",
@@ -407,7 +455,7 @@ mod tests {
         assert!(!api_allowed(&Method::POST, "/api/v1/requests"));
         assert!(page_allowed("/requests/abc") && page_allowed("/usage") && page_allowed("/"));
         assert!(
-            !page_allowed("/waterfall") && !page_allowed("/compare") && !page_allowed("/incidents")
+            !page_allowed("/compare") && !page_allowed("/incidents") && !page_allowed("/upload")
         );
     }
 }

@@ -1,14 +1,15 @@
 //! `GET /api/v1/waterfall`: an instance's tracks and iteration lane at a pixel width.
 
 use axum::{
-    Json,
     extract::{Query, State},
+    response::Response,
 };
 use serde::Deserialize;
 
 use tokenscope_core::analysis::waterfall::{RowOrder, Waterfall};
 
 use super::{list, non_empty, parse_int, width_px};
+use crate::access::Scope;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -32,8 +33,9 @@ pub(super) struct WaterfallParams {
 /// tracks and the iteration lane.
 pub(super) async fn waterfall(
     State(store): State<Store>,
+    scope: Scope,
     Query(p): Query<WaterfallParams>,
-) -> Result<Json<Waterfall>> {
+) -> Result<Response> {
     // Several instances (comma-separated) are drawn as one: a PD deployment's prefill and
     // decode instances, with each request's parts on one track.
     let instances = list(p.instance);
@@ -65,8 +67,10 @@ pub(super) async fn waterfall(
         pull: list(p.pull),
         order,
     };
-    Ok(Json(
+    let mut w: Waterfall =
         crate::query::waterfall::waterfall(&store, &instances, from, to, width, compact, &view)
-            .await?,
-    ))
+            .await?;
+    // A reader scoped to tenants sees other tenants' tracks under aliases.
+    let redact = scope.waterfall(&store, &instances, &mut w).await?;
+    redact.json(&w)
 }

@@ -66,6 +66,8 @@ async fn scoped_reader() {
         format!("/?{q}"),
         format!("/usage?{q}&{window}"),
         format!("/requests/{victim}?{q}"),
+        format!("/waterfall?{q}&{window}"),
+        format!("/api/v1/waterfall?{q}&{window}&width_px=4000"),
         format!("/api/v1/requests?{window}&limit=1000"),
         format!("/api/v1/requests?{window}&tenant=globex"),
         format!("/api/v1/requests?find={}", s.truth.culprits[0]),
@@ -93,10 +95,8 @@ async fn scoped_reader() {
     }
     // Refused: what does not narrow to the reader, and the other tenant's requests.
     let refused = [
-        (403, format!("/waterfall?{q}")),
         (403, "/compare".to_string()),
         (403, "/incidents".to_string()),
-        (403, format!("/api/v1/waterfall?{q}&{window}")),
         (403, format!("/api/v1/compare?a_{q}&b_{q}")),
         (403, format!("/api/v1/diagnosis?{window}")),
         (403, "/api/v1/incidents".to_string()),
@@ -166,6 +166,45 @@ async fn scoped_reader() {
     let (_, page) = get(ACME, format!("/api/v1/requests/{victim}?{q}")).await;
     assert!(!mentions(&page, &s.truth.culprits[0]));
 
+    // The waterfall: every track, the other tenant's under aliases with their timing and size.
+    let (_, w) = get(
+        ACME,
+        format!("/api/v1/waterfall?{q}&{window}&width_px=4000"),
+    )
+    .await;
+    let w: serde_json::Value = serde_json::from_str(&w).unwrap();
+    let tracks = w["tracks"].as_array().unwrap();
+    let all: usize = s
+        .runs
+        .iter()
+        .filter(|r| r.resource.instance_id == instance)
+        .map(|r| r.output.requests.len())
+        .sum();
+    assert_eq!(
+        tracks.len(),
+        all,
+        "every request of the window has its track"
+    );
+    let aliased: Vec<_> = tracks
+        .iter()
+        .filter(|t| {
+            t["request_id"]
+                .as_str()
+                .unwrap()
+                .starts_with("another tenant's request ")
+        })
+        .collect();
+    assert_eq!(aliased.len(), all - victims.len());
+    assert!(
+        aliased
+            .iter()
+            .all(|t| t["prompt_tokens"].as_u64().unwrap() > 0 && t.get("tenant").is_none())
+    );
+    assert!(
+        aliased.iter().any(|t| t["request_id"] == culprit),
+        "the diagnosis's alias is the track's"
+    );
+
     // `/metrics` is open, but its exemplars (request ids) only go to a reader who sees all.
     let om = |token: Option<&'static str>| {
         let mut req = app
@@ -196,7 +235,7 @@ async fn scoped_reader() {
     assert!(all.contains("globex") && all.contains(&s.truth.culprits[0]));
     let (_, d) = get(SRE, format!("/api/v1/requests/{victim}/diagnosis?{q}")).await;
     assert!(d.contains(&s.truth.culprits[0]), "{d}");
-    assert_eq!(get(SRE, format!("/waterfall?{q}")).await.0, 200);
+    assert_eq!(get(SRE, format!("/compare?a_{q}")).await.0, 200);
 }
 
 /// Whether `body` holds `id` as a whole word (an instance `sim-pid-control` does not mention
