@@ -21,13 +21,15 @@ pub struct IncidentRow {
     pub culprits: Vec<String>,
     pub headline: String,
     pub snapshot: Vec<u8>,
+    /// The tenants of the reader who made it, when scoped (readable only within them).
+    pub tenants: Option<Vec<String>>,
 }
 
 impl Store {
     pub async fn insert_incident(&self, r: &IncidentRow) -> Result<()> {
         sqlx::query!(
-            "INSERT INTO incidents (slug, title, note, created_ns, instances, from_ns, to_ns, victims, culprits, headline, snapshot)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            "INSERT INTO incidents (slug, title, note, created_ns, instances, from_ns, to_ns, victims, culprits, headline, snapshot, tenants)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             r.slug,
             r.title,
             r.note,
@@ -39,6 +41,7 @@ impl Store {
             &r.culprits,
             r.headline,
             r.snapshot,
+            r.tenants.as_deref(),
         )
         .execute(&self.pool)
         .await?;
@@ -49,7 +52,7 @@ impl Store {
     pub async fn incident(&self, slug: &str) -> Result<IncidentRow> {
         sqlx::query_as!(
             IncidentRow,
-            "SELECT slug, title, note, created_ns, revoked_ns, instances, from_ns, to_ns, victims, culprits, headline, snapshot
+            "SELECT slug, title, note, created_ns, revoked_ns, instances, from_ns, to_ns, victims, culprits, headline, snapshot, tenants
              FROM incidents WHERE slug = $1",
             slug
         )
@@ -59,8 +62,13 @@ impl Store {
     }
 
     /// Newest first, without snapshots; `q` matches title, headline, note, instance or request
-    /// ids (case-insensitive).
-    pub async fn list_incidents(&self, q: Option<&str>, limit: i64) -> Result<Vec<IncidentRow>> {
+    /// ids (case-insensitive). `within`: only those made by readers scoped to these tenants.
+    pub async fn list_incidents(
+        &self,
+        q: Option<&str>,
+        limit: i64,
+        within: Option<&[String]>,
+    ) -> Result<Vec<IncidentRow>> {
         let pattern = q.map(|q| {
             let escaped = q
                 .replace('\\', "\\\\")
@@ -71,13 +79,15 @@ impl Store {
         Ok(sqlx::query_as!(
             IncidentRow,
             r#"SELECT slug, title, note, created_ns, revoked_ns, instances, from_ns, to_ns, victims, culprits, headline,
-                      ''::bytea AS "snapshot!"
+                      ''::bytea AS "snapshot!", tenants
              FROM incidents
-             WHERE $1::text IS NULL OR title ILIKE $1 OR headline ILIKE $1 OR note ILIKE $1
-                OR EXISTS (SELECT 1 FROM unnest(instances || victims) AS x WHERE x ILIKE $1)
+             WHERE ($1::text IS NULL OR title ILIKE $1 OR headline ILIKE $1 OR note ILIKE $1
+                    OR EXISTS (SELECT 1 FROM unnest(instances || victims) AS x WHERE x ILIKE $1))
+               AND ($3::text[] IS NULL OR (tenants IS NOT NULL AND tenants <@ $3))
              ORDER BY created_ns DESC LIMIT $2"#,
             pattern,
-            limit
+            limit,
+            within
         )
         .fetch_all(&self.pool)
         .await?)

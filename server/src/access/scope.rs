@@ -153,8 +153,13 @@ impl Scope {
     /// as one that does not exist), and returns what rewrites the other tenants' requests that
     /// lived at the same time on its instances.
     pub async fn request(&self, store: &Store, l: &Loaded) -> Result<Redactor> {
+        Ok(self.request_ids(store, l).await?.redactor(self))
+    }
+
+    /// [`Scope::request`]'s check, and the reader's and the others' requests around it.
+    pub async fn request_ids(&self, store: &Store, l: &Loaded) -> Result<Ids> {
         let Scope::Tenants { .. } = self else {
-            return Ok(Redactor::default());
+            return Ok(Ids::default());
         };
         if !self.sees(l.trace.served.tenant.as_deref()) {
             return Err(Error::NotFound(format!(
@@ -181,7 +186,25 @@ impl Scope {
                 }
             }
         }
-        Ok(Redactor::new(self, &mine, &theirs))
+        Ok(Ids { mine, theirs })
+    }
+}
+
+/// Request ids a reply may mention: the reader's, and other tenants' (to alias).
+#[derive(Debug, Default)]
+pub struct Ids {
+    mine: Vec<String>,
+    theirs: Vec<String>,
+}
+
+impl Ids {
+    pub fn extend(&mut self, other: Ids) {
+        self.mine.extend(other.mine);
+        self.theirs.extend(other.theirs);
+    }
+
+    pub fn redactor(&self, scope: &Scope) -> Redactor {
+        Redactor::new(scope, &self.mine, &self.theirs)
     }
 }
 
@@ -195,8 +218,21 @@ impl Scope {
         instances: &[String],
         w: &mut tokenscope_core::analysis::waterfall::Waterfall,
     ) -> Result<Redactor> {
+        Ok(self
+            .waterfall_ids(store, instances, w)
+            .await?
+            .redactor(self))
+    }
+
+    /// [`Scope::waterfall`]'s rewrite of the tracks, and the requests the rest may mention.
+    pub async fn waterfall_ids(
+        &self,
+        store: &Store,
+        instances: &[String],
+        w: &mut tokenscope_core::analysis::waterfall::Waterfall,
+    ) -> Result<Ids> {
         let Scope::Tenants { .. } = self else {
-            return Ok(Redactor::default());
+            return Ok(Ids::default());
         };
         let set = store.resolve_instances(instances).await?;
         let mut tenant_of: HashMap<String, Option<String>> = HashMap::new();
@@ -224,7 +260,7 @@ impl Scope {
                 t.priority = None;
             }
         }
-        Ok(Redactor::new(self, &mine, &theirs))
+        Ok(Ids { mine, theirs })
     }
 }
 
@@ -325,16 +361,34 @@ impl<S: Send + Sync> FromRequestParts<S> for Scope {
     }
 }
 
-/// Pages a scoped reader may open: the explorer, the waterfall, request pages and GPU time.
+/// Pages a scoped reader may open: the explorer, the waterfall, request pages, GPU time and
+/// incidents (those made within its tenants).
 pub fn page_allowed(path: &str) -> bool {
-    matches!(path, "/" | "/usage" | "/waterfall") || path.starts_with("/requests/")
+    matches!(path, "/" | "/usage" | "/waterfall" | "/incidents")
+        || path.starts_with("/requests/")
+        || path.starts_with("/incidents/")
 }
 
 /// Query API routes a scoped reader may call (GET): those that narrow to its tenants or check
 /// the request they show.
 pub fn api_allowed(method: &Method, path: &str) -> bool {
+    // Making an incident: only of the reader's own requests, others' aliased (`api::incidents`).
+    if method == Method::POST && path == "/api/v1/incidents" {
+        return true;
+    }
     if method != Method::GET && method != Method::HEAD {
         return false;
+    }
+    // Incidents made within the reader's tenants: the list, each one, its Markdown and preview.
+    if path == "/api/v1/incidents" {
+        return true;
+    }
+    if let Some(rest) = path
+        .strip_prefix("/api/v1/incidents/")
+        .or_else(|| path.strip_prefix("/incidents/"))
+    {
+        let (slug, tail) = rest.split_once('/').unwrap_or((rest, ""));
+        return !slug.is_empty() && matches!(tail, "" | "markdown" | "preview.png" | "preview.svg");
     }
     if matches!(
         path,
@@ -446,16 +500,17 @@ mod tests {
         for path in [
             "/api/v1/compare",
             "/api/v1/diagnosis",
-            "/api/v1/incidents",
             "/api/v1/requests/abc/other",
             "/api/v1/requests//diagnosis",
         ] {
             assert!(!api_allowed(&get, path), "{path}");
         }
         assert!(!api_allowed(&Method::POST, "/api/v1/requests"));
+        assert!(api_allowed(&Method::POST, "/api/v1/incidents"));
+        assert!(api_allowed(&get, "/api/v1/incidents/abc/markdown"));
+        assert!(api_allowed(&get, "/incidents/abc/preview.png"));
+        assert!(!api_allowed(&Method::DELETE, "/api/v1/incidents/abc"));
         assert!(page_allowed("/requests/abc") && page_allowed("/usage") && page_allowed("/"));
-        assert!(
-            !page_allowed("/compare") && !page_allowed("/incidents") && !page_allowed("/upload")
-        );
+        assert!(!page_allowed("/compare") && !page_allowed("/upload") && !page_allowed("/explore"));
     }
 }

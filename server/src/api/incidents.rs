@@ -14,18 +14,39 @@ use tokenscope_core::api::{CreatedIncident, Incident, IncidentList, NewIncident}
 
 use super::{non_empty, parse_int};
 use crate::access::Reader;
+use crate::access::Scope;
+use crate::access::scope::Ids;
 use crate::error::{Error, Result};
 use crate::export::{markdown, preview};
 use crate::query::incidents;
-use crate::store::Store;
+use crate::store::{Store, split_list};
 
+/// A reader scoped to tenants freezes only its own requests, and the incident holds only what
+/// it may see: other tenants' requests under their aliases.
 pub(super) async fn create(
     State(store): State<Store>,
+    scope: Scope,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<CreatedIncident>)> {
     let new: NewIncident = serde_json::from_slice(&body)
         .map_err(|e| Error::InvalidArgument(format!("the body is not a new incident: {e}")))?;
-    let slug = incidents::create(&store, &new, crate::clock::now_ns()).await?;
+    let mut draft = incidents::draft(&store, &new, crate::clock::now_ns()).await?;
+    if let Scope::Tenants { tenants, .. } = &scope {
+        let instances = split_list(&new.instance);
+        let mut ids = Ids::default();
+        for id in &new.requests {
+            let l = crate::query::requests::load(&store, id, &instances).await?;
+            ids.extend(scope.request_ids(&store, &l).await?);
+        }
+        ids.extend(
+            scope
+                .waterfall_ids(&store, &instances, draft.waterfall_mut())
+                .await?,
+        );
+        let redact = ids.redactor(&scope);
+        draft.scope(|t| redact.apply(t), tenants.clone())?;
+    }
+    let slug = incidents::save(&store, draft).await?;
     Ok((
         StatusCode::CREATED,
         Json(CreatedIncident {
@@ -43,6 +64,7 @@ pub(super) struct ListParams {
 
 pub(super) async fn list(
     State(store): State<Store>,
+    scope: Scope,
     Query(p): Query<ListParams>,
 ) -> Result<Json<IncidentList>> {
     let limit = parse_int("limit", p.limit.as_deref())?.unwrap_or(100);
@@ -53,7 +75,7 @@ pub(super) async fn list(
     }
     let q = non_empty(p.q);
     Ok(Json(IncidentList {
-        incidents: incidents::list(&store, q.as_deref(), limit).await?,
+        incidents: incidents::list(&store, q.as_deref(), limit, scope.tenants()).await?,
     }))
 }
 
@@ -61,11 +83,13 @@ pub(super) async fn list(
 /// through the public link, which carries no [`Reader`]).
 pub(super) async fn get(
     State(store): State<Store>,
+    scope: Scope,
     Path(slug): Path<String>,
     reader: Option<Extension<Reader>>,
 ) -> Result<Json<Incident>> {
-    let mut incident = incidents::get(&store, &slug).await?;
-    incident.can_revoke = reader.is_some();
+    let mut incident = incidents::get(&store, &slug, scope.tenants()).await?;
+    // Revoking is not open to readers scoped to tenants.
+    incident.can_revoke = reader.is_some() && scope == Scope::All;
     Ok(Json(incident))
 }
 
@@ -91,10 +115,11 @@ pub(super) fn page_url(headers: &HeaderMap, slug: &str) -> String {
 
 pub(super) async fn as_markdown(
     State(store): State<Store>,
+    scope: Scope,
     Path(slug): Path<String>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse> {
-    let incident = incidents::get(&store, &slug).await?;
+    let incident = incidents::get(&store, &slug, scope.tenants()).await?;
     Ok((
         [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
         markdown::incident(&incident, &page_url(&headers, &slug)),
@@ -104,15 +129,20 @@ pub(super) async fn as_markdown(
 /// `preview.png` or `preview.svg`.
 pub(super) async fn preview_image(
     State(store): State<Store>,
+    scope: Scope,
     Path((slug, file)): Path<(String, String)>,
 ) -> Result<impl IntoResponse> {
     let cache = [(header::CACHE_CONTROL, "public, max-age=3600")];
+    // The cached picture is served without reading the incident: check a scoped reader first.
+    if scope != Scope::All {
+        incidents::get(&store, &slug, scope.tenants()).await?;
+    }
     match file.as_str() {
         "preview.png" => {
             let png = match store.incident_preview(&slug).await? {
                 Some(png) => png,
                 None => {
-                    let incident = incidents::get(&store, &slug).await?;
+                    let incident = incidents::get(&store, &slug, scope.tenants()).await?;
                     // Drawing is CPU work: off the async threads.
                     let png = tokio::task::spawn_blocking(move || preview::png(&incident))
                         .await
@@ -124,7 +154,7 @@ pub(super) async fn preview_image(
             Ok(([(header::CONTENT_TYPE, "image/png")], cache, png).into_response())
         }
         "preview.svg" => {
-            let incident = incidents::get(&store, &slug).await?;
+            let incident = incidents::get(&store, &slug, scope.tenants()).await?;
             let svg = preview::svg(&incident)?;
             Ok(([(header::CONTENT_TYPE, "image/svg+xml")], cache, svg).into_response())
         }

@@ -175,9 +175,51 @@ fn summary(r: IncidentRow) -> IncidentSummary {
     }
 }
 
+/// An incident made but not stored yet: what a reader scoped to tenants may rewrite (other
+/// tenants' ids into aliases) before it is kept.
+pub struct Draft {
+    frozen: Frozen,
+    blocks: Vec<Vec<u8>>,
+    row: IncidentRow,
+}
+
+impl Draft {
+    /// The frozen waterfall, to hide other tenants' tracks.
+    pub fn waterfall_mut(&mut self) -> &mut Waterfall {
+        &mut self.frozen.waterfall
+    }
+
+    /// Rewrites every text of the snapshot (as JSON), the culprits and the headline with `f`,
+    /// and marks the incident as readable only within `tenants`. The token blocks are the
+    /// victims' own and stay.
+    pub fn scope(&mut self, f: impl Fn(&str) -> String, tenants: Vec<String>) -> Result<()> {
+        let json = serde_json::to_string(&self.frozen).map_err(|e| bad(&e.to_string()))?;
+        self.frozen = serde_json::from_str(&f(&json)).map_err(|e| bad(&e.to_string()))?;
+        for c in &mut self.row.culprits {
+            *c = f(c);
+        }
+        self.row.headline = f(&self.row.headline);
+        self.row.tenants = Some(tenants);
+        Ok(())
+    }
+}
+
+/// Freezes the requests' view and keeps it; returns the slug.
+pub async fn create(store: &Store, new: &NewIncident, now_ns: Nanos) -> Result<String> {
+    save(store, draft(store, new, now_ns).await?).await
+}
+
+/// Keeps a draft under a new slug.
+pub async fn save(store: &Store, mut d: Draft) -> Result<String> {
+    d.row.snapshot = compress(&d.frozen, &d.blocks)?;
+    d.row.slug = new_slug()?;
+    store.insert_incident(&d.row).await?;
+    Ok(d.row.slug)
+}
+
 /// Freezes the requests' view: their details and diagnoses, and the waterfall of the window
 /// around them with the first victim's culprits pulled next to it.
-pub async fn create(store: &Store, new: &NewIncident, now_ns: Nanos) -> Result<String> {
+pub async fn draft(store: &Store, new: &NewIncident, now_ns: Nanos) -> Result<Draft> {
     check(new)?;
     let th = Thresholds::default();
     // One instance, or a PD request's instances drawn as one.
@@ -263,17 +305,14 @@ pub async fn create(store: &Store, new: &NewIncident, now_ns: Nanos) -> Result<S
         .map(|f| f.summary.clone())
         .next()
         .unwrap_or_else(|| "No finding: the requests met their SLOs.".into());
-    let snapshot = compress(
-        &Frozen {
+    Ok(Draft {
+        frozen: Frozen {
             waterfall,
             requests,
         },
-        &blocks,
-    )?;
-    let slug = new_slug()?;
-    store
-        .insert_incident(&IncidentRow {
-            slug: slug.clone(),
+        blocks,
+        row: IncidentRow {
+            slug: String::new(),
             title: new.title.trim().to_string(),
             note: new.note.clone(),
             created_ns: now_ns,
@@ -284,15 +323,28 @@ pub async fn create(store: &Store, new: &NewIncident, now_ns: Nanos) -> Result<S
             victims: new.requests.clone(),
             culprits,
             headline,
-            snapshot,
-        })
-        .await?;
-    Ok(slug)
+            snapshot: Vec::new(),
+            tenants: None,
+        },
+    })
 }
 
-/// The incident; `Gone` once revoked (its evidence is deleted then).
-pub async fn get(store: &Store, slug: &str) -> Result<Incident> {
+/// Whether a reader who sees `within` (all: `None`) may read an incident made within `made`.
+fn readable(made: Option<&[String]>, within: Option<&[String]>) -> bool {
+    match (made, within) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(m), Some(w)) => m.iter().all(|t| w.contains(t)),
+    }
+}
+
+/// The incident; `Gone` once revoked (its evidence is deleted then). A reader who sees only
+/// `within` tenants finds only incidents made within them ("not found" otherwise).
+pub async fn get(store: &Store, slug: &str, within: Option<&[String]>) -> Result<Incident> {
     let mut row = store.incident(slug).await?;
+    if !readable(row.tenants.as_deref(), within) {
+        return Err(Error::NotFound(format!("no incident {slug:?}")));
+    }
     if row.revoked_ns.is_some() {
         return Err(Error::Gone(format!(
             "incident {slug:?} was revoked: its link no longer shows anything"
@@ -309,10 +361,16 @@ pub async fn get(store: &Store, slug: &str) -> Result<Incident> {
     })
 }
 
-/// Newest first; `q` matches title, headline, note, instance or request ids (case-insensitive).
-pub async fn list(store: &Store, q: Option<&str>, limit: i64) -> Result<Vec<IncidentSummary>> {
+/// Newest first; `q` matches title, headline, note, instance or request ids (case-insensitive);
+/// for a reader who sees only `within` tenants, those made within them.
+pub async fn list(
+    store: &Store,
+    q: Option<&str>,
+    limit: i64,
+    within: Option<&[String]>,
+) -> Result<Vec<IncidentSummary>> {
     Ok(store
-        .list_incidents(q, limit)
+        .list_incidents(q, limit, within)
         .await?
         .into_iter()
         .map(summary)

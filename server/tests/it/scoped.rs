@@ -96,10 +96,8 @@ async fn scoped_reader() {
     // Refused: what does not narrow to the reader, and the other tenant's requests.
     let refused = [
         (403, "/compare".to_string()),
-        (403, "/incidents".to_string()),
         (403, format!("/api/v1/compare?a_{q}&b_{q}")),
         (403, format!("/api/v1/diagnosis?{window}")),
-        (403, "/api/v1/incidents".to_string()),
         (404, format!("/api/v1/requests/{}?{q}", s.truth.culprits[0])),
         (
             404,
@@ -122,15 +120,74 @@ async fn scoped_reader() {
     let (_, page) = get(ACME, format!("/requests/{}?{q}", s.truth.culprits[0])).await;
     assert!(page.contains("no request"), "{page}");
     assert!(!page.contains("globex") && !page.contains("prompt_tokens"));
-    let post = app
-        .client
-        .post(format!("{}/api/v1/incidents", app.http))
-        .bearer_auth(ACME)
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(post.status(), 403);
+    // Incidents: the reader freezes its own request; the incident holds only what it may see.
+    let create = |token: &'static str, id: String| {
+        let req = app
+            .client
+            .post(format!("{}/api/v1/incidents", app.http))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"title": "slow answer", "instance": instance, "requests": [id]}));
+        async move {
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            let body: serde_json::Value = r.json().await.unwrap();
+            (
+                status,
+                body["slug"].as_str().unwrap_or_default().to_string(),
+            )
+        }
+    };
+    let (status, mine) = create(ACME, victim.clone()).await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        create(ACME, s.truth.culprits[0].clone()).await.0,
+        404,
+        "not its request"
+    );
+    for path in [
+        format!("/api/v1/incidents/{mine}"),
+        format!("/api/v1/incidents/{mine}/markdown"),
+        format!("/incidents/{mine}/preview.svg"),
+        format!("/incidents/{mine}"),
+        "/api/v1/incidents".to_string(),
+        "/incidents".to_string(),
+    ] {
+        let (status, body) = get(ACME, path.clone()).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        leaks(&path, &body);
+        assert!(body.contains(&mine) || path.ends_with(".svg"), "{path}");
+    }
+    let (_, incident) = get(ACME, format!("/api/v1/incidents/{mine}")).await;
+    assert!(
+        incident.contains("another tenant's request"),
+        "the culprits, aliased"
+    );
+    // One made by an unscoped reader may hold any tenant: the scoped reader does not find it.
+    let (status, sre_made) = create(SRE, victim.clone()).await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        get(ACME, format!("/api/v1/incidents/{sre_made}")).await.0,
+        404
+    );
+    assert_eq!(
+        get(ACME, format!("/incidents/{sre_made}/preview.png"))
+            .await
+            .0,
+        404
+    );
+    assert!(
+        !get(ACME, "/api/v1/incidents".into())
+            .await
+            .1
+            .contains(&sre_made)
+    );
+    let (_, all) = get(SRE, "/api/v1/incidents".into()).await;
+    assert!(all.contains(&sre_made) && all.contains(&mine));
+    let (_, theirs_view) = get(SRE, format!("/api/v1/incidents/{sre_made}")).await;
+    assert!(
+        mentions(&theirs_view, &s.truth.culprits[0]),
+        "unscoped: culprits by id"
+    );
 
     // Its own: every acme request listed, nothing else.
     let (_, list) = get(ACME, format!("/api/v1/requests?{window}&limit=1000")).await;
