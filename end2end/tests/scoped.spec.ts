@@ -75,11 +75,11 @@ test("a reader bound to acme sees acme only, and the other tenant's culprits as 
   await expect(page.locator(".wf-row-label", { hasText: "another tenant's request" }).first()).toBeVisible();
   await page.screenshot({ path: "test-results/scoped-waterfall.png" });
 
-  // The other tenant's request does not exist for this reader; compare is closed to it.
+  // The other tenant's request does not exist for this reader; uploading is closed to it.
   const other = await page.goto(`${SCOPED}/api/v1/requests/pid-prefill-00?instance=sim-pid`);
   expect(other?.status()).toBe(404);
-  const cmp = await page.goto(`${SCOPED}/compare`);
-  expect(cmp?.status()).toBe(403);
+  const upload = await page.goto(`${SCOPED}/upload`);
+  expect(upload?.status()).toBe(403);
 
   // Not a byte of what the browser received names globex's requests or globex.
   expect(bodies.length).toBeGreaterThan(5);

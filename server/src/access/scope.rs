@@ -361,11 +361,13 @@ impl<S: Send + Sync> FromRequestParts<S> for Scope {
     }
 }
 
-/// Pages a scoped reader may open: the explorer, the waterfall, request pages, GPU time and
-/// incidents (those made within its tenants).
+/// Pages a scoped reader may open: the explorer, the waterfall, request pages, compare, GPU time
+/// and incidents (those made within its tenants).
 pub fn page_allowed(path: &str) -> bool {
-    matches!(path, "/" | "/usage" | "/waterfall" | "/incidents")
-        || path.starts_with("/requests/")
+    matches!(
+        path,
+        "/" | "/usage" | "/waterfall" | "/incidents" | "/compare"
+    ) || path.starts_with("/requests/")
         || path.starts_with("/incidents/")
 }
 
@@ -397,6 +399,7 @@ pub fn api_allowed(method: &Method, path: &str) -> bool {
             | "/api/v1/usage"
             | "/api/v1/instances"
             | "/api/v1/waterfall"
+            | "/api/v1/compare"
     ) {
         return true;
     }
@@ -498,7 +501,6 @@ mod tests {
         assert!(api_allowed(&get, "/api/v1/requests/abc/tokens.csv"));
         assert!(api_allowed(&get, "/api/v1/waterfall"));
         for path in [
-            "/api/v1/compare",
             "/api/v1/diagnosis",
             "/api/v1/requests/abc/other",
             "/api/v1/requests//diagnosis",
@@ -511,6 +513,6 @@ mod tests {
         assert!(api_allowed(&get, "/incidents/abc/preview.png"));
         assert!(!api_allowed(&Method::DELETE, "/api/v1/incidents/abc"));
         assert!(page_allowed("/requests/abc") && page_allowed("/usage") && page_allowed("/"));
-        assert!(!page_allowed("/compare") && !page_allowed("/upload") && !page_allowed("/explore"));
+        assert!(!page_allowed("/upload") && !page_allowed("/explore") && page_allowed("/compare"));
     }
 }

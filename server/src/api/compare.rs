@@ -13,6 +13,7 @@ use tokenscope_core::api::Comparison;
 use tokenscope_core::model::Nanos;
 
 use super::{ListParams, ThresholdParams, width_px};
+use crate::access::Scope;
 use crate::error::{Error, Result};
 use crate::query::latency;
 use crate::store::{RequestFilter, Store};
@@ -28,6 +29,7 @@ const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
 /// of a side whose window is not given (default an hour).
 pub(super) async fn compare(
     State(store): State<Store>,
+    scope: Scope,
     Query(mut p): Query<HashMap<String, String>>,
 ) -> Result<Json<Comparison>> {
     let width = width_px(p.get("width_px").map(String::as_str), 600, 5_000)?;
@@ -49,6 +51,8 @@ pub(super) async fn compare(
         },
     };
     let mut b = side(&mut p, "b")?;
+    // A reader scoped to tenants compares its own requests (counts, causes, GPU time).
+    b.tenants = scope.narrow(b.tenants);
     if b.to_ns.is_none() {
         b.to_ns = Some(store.newest_arrival(&b).await?.map_or(0, |t| t + 1));
     }
@@ -56,6 +60,7 @@ pub(super) async fn compare(
     let b_from = *b.from_ns.get_or_insert(b_to - span);
     ordered(&b, "b")?;
     let mut a = side(&mut p, "a")?;
+    a.tenants = scope.narrow(a.tenants);
     // Two tenants (adapters, priorities) compare over the same time; otherwise A is before B.
     let same_time = a.from_ns.is_none()
         && a.to_ns.is_none()

@@ -68,6 +68,8 @@ async fn scoped_reader() {
         format!("/requests/{victim}?{q}"),
         format!("/waterfall?{q}&{window}"),
         format!("/api/v1/waterfall?{q}&{window}&width_px=4000"),
+        format!("/compare?a_{q}&b_{q}&span_s=7200"),
+        format!("/api/v1/compare?a_{q}&b_{q}&span_s=7200"),
         format!("/api/v1/requests?{window}&limit=1000"),
         format!("/api/v1/requests?{window}&tenant=globex"),
         format!("/api/v1/requests?find={}", s.truth.culprits[0]),
@@ -95,8 +97,6 @@ async fn scoped_reader() {
     }
     // Refused: what does not narrow to the reader, and the other tenant's requests.
     let refused = [
-        (403, "/compare".to_string()),
-        (403, format!("/api/v1/compare?a_{q}&b_{q}")),
         (403, format!("/api/v1/diagnosis?{window}")),
         (404, format!("/api/v1/requests/{}?{q}", s.truth.culprits[0])),
         (
@@ -222,6 +222,11 @@ async fn scoped_reader() {
     // The same alias in every reply for this reader.
     let (_, page) = get(ACME, format!("/api/v1/requests/{victim}?{q}")).await;
     assert!(!mentions(&page, &s.truth.culprits[0]));
+
+    // Compare counts its own requests only.
+    let (_, c) = get(ACME, format!("/api/v1/compare?a_{q}&b_{q}&span_s=7200")).await;
+    let c: serde_json::Value = serde_json::from_str(&c).unwrap();
+    assert_eq!(c["b"]["requests"], victims.len(), "{}", c["b"]);
 
     // The waterfall: every track, the other tenant's under aliases with their timing and size.
     let (_, w) = get(
