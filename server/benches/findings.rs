@@ -100,6 +100,28 @@ async fn main() {
         diagnosed as f64 / took,
         tokens as f64 / took
     );
+    // GPU time alone: the same hour of every instance accounted again (the worker does this
+    // for each stretch it diagnoses, above).
+    let ids: Vec<i32> = sqlx::query_scalar("SELECT id FROM instances")
+        .fetch_all(&mut db)
+        .await
+        .unwrap();
+    let t = Instant::now();
+    for id in &ids {
+        tokenscope::query::usage::account(&running.store, *id, start, end)
+            .await
+            .unwrap();
+    }
+    let took = t.elapsed().as_secs_f64();
+    let cells: i64 = sqlx::query_scalar("SELECT count(*) FROM usage_cells")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    println!(
+        "  GPU time: the hour of {} instances accounted in {took:.1} s ({:.0} requests/s); {cells} cells",
+        ids.len(),
+        requests as f64 / took
+    );
     sqlx::query("VACUUM ANALYZE")
         .execute(&mut db)
         .await
@@ -138,6 +160,14 @@ async fn main() {
             format!(
                 "{base}/api/v1/requests?from={start}&to={end}&cause=prefill_interrupted_decode&limit=100"
             ),
+        ),
+        (
+            "GPU time of the hour by tenant",
+            format!("{base}/api/v1/usage?from={start}&to={end}&width_px=1160"),
+        ),
+        (
+            "GPU time of the hour by model, CSV",
+            format!("{base}/api/v1/usage?from={start}&to={end}&by=model&format=csv"),
         ),
         (
             "a culprit's victims",

@@ -53,7 +53,7 @@ impl Metric {
 }
 
 /// A round upper bound for the y axis: 1, 2 or 5 times a power of ten.
-fn nice_max(v: f64) -> f64 {
+pub fn nice_max(v: f64) -> f64 {
     let p = 10f64.powf(v.max(1e-3).log10().floor());
     [1.0, 2.0, 5.0, 10.0]
         .into_iter()

@@ -4,6 +4,7 @@
 
 use leptos::prelude::*;
 
+use super::super::chart::nice_max;
 use super::super::format::gpu_time;
 use super::super::time::{Zone, clock, tick_step, ticks};
 use crate::api::Usage;
@@ -39,7 +40,7 @@ pub fn StackedChart(u: Usage, labels: Vec<String>) -> impl IntoView {
         .iter()
         .map(|b| b.gpu_s.iter().sum::<f64>() / per_s)
         .fold(0.0, f64::max);
-    let y_max = nice(top.max(0.01));
+    let y_max = nice_max(top.max(0.01));
     let y = move |v: f64| TOP + (1.0 - v / y_max) * (H - TOP - BOTTOM);
     let bw = (x(from + u.bucket_ns) - x(from) - 1.0).max(1.0);
     let bars: Vec<_> = u
@@ -89,26 +90,5 @@ pub fn StackedChart(u: Usage, labels: Vec<String>) -> impl IntoView {
                 <text x=LEFT + 4.0 y=TOP + 10.0 class="unit">"instances busy (GPU-seconds per second)"</text></g>
             {bars}
         </svg>
-    }
-}
-
-/// A round top for the y axis: 1, 2 or 5 times a power of ten.
-fn nice(v: f64) -> f64 {
-    let p = 10f64.powf(v.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * p)
-        .find(|&x| x >= v)
-        .unwrap_or(10.0 * p)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn y_axis_tops_are_round() {
-        assert_eq!(nice(0.73), 1.0);
-        assert_eq!(nice(2.4), 5.0);
     }
 }
