@@ -36,27 +36,20 @@ pub struct Use {
     pub decode_tokens: u64,
 }
 
-impl Use {
-    fn add(&mut self, o: &Use) {
-        self.gpu_ns += o.gpu_ns;
-        self.prefill_tokens += o.prefill_tokens;
-        self.decode_tokens += o.decode_tokens;
-    }
-}
-
 /// Usage by (cell start, request id); the empty id holds the time of steps that computed no
 /// token (nobody's).
 pub type Uses = BTreeMap<(Nanos, Arc<str>), Use>;
 
-/// Adds `gpu_ns` spread over `[from, to)` to `who`, each cell of `cells` its part.
-fn spread(out: &mut Uses, who: &Arc<str>, (from, to): (Nanos, Nanos), cells: (Nanos, Nanos)) {
-    let (from, to) = (from.max(cells.0), to.min(cells.1));
-    let mut t = from;
+/// The part of `[from, to)` inside `[cells.0, cells.1)`, cell by cell: (cell start, ns).
+fn per_cell((from, to): (Nanos, Nanos), cells: (Nanos, Nanos)) -> Vec<(Nanos, f64)> {
+    let (mut t, to) = (from.max(cells.0), to.min(cells.1));
+    let mut out = Vec::new();
     while t < to {
         let end = (cell_of(t) + CELL_NS).min(to);
-        out.entry((cell_of(t), who.clone())).or_default().gpu_ns += (end - t) as f64;
+        out.push((cell_of(t), (end - t) as f64));
         t = end;
     }
+    out
 }
 
 /// Attributes steps (by start time) to their requests in the cells of `[cells.0, cells.1)`,
@@ -74,19 +67,18 @@ pub fn from_steps(steps: &[Iteration], cells: (Nanos, Nanos)) -> Uses {
         let total: u64 = s.batch.iter().map(|e| u64::from(e.tokens)).sum();
         let cell = cell_of(s.start_ns);
         let counts_tokens = (cells.0..cells.1).contains(&s.start_ns);
+        // The step's time in each cell, once, then each entry its share of it.
+        let time = per_cell(own, cells);
         if total == 0 {
-            let mut t = Uses::new();
-            spread(&mut t, &nobody, own, cells);
-            merge(&mut out, t);
+            for &(c, ns) in &time {
+                out.entry((c, nobody.clone())).or_default().gpu_ns += ns;
+            }
             continue;
         }
-        // The step's time in each cell, once, then each entry its share of it.
-        let mut time = Uses::new();
-        spread(&mut time, &nobody, own, cells);
         for e in &s.batch {
             let share = f64::from(e.tokens) / total as f64;
-            for ((c, _), u) in &time {
-                out.entry((*c, e.request_id.clone())).or_default().gpu_ns += u.gpu_ns * share;
+            for &(c, ns) in &time {
+                out.entry((c, e.request_id.clone())).or_default().gpu_ns += ns * share;
             }
             if counts_tokens {
                 let u = out.entry((cell, e.request_id.clone())).or_default();
@@ -98,12 +90,6 @@ pub fn from_steps(steps: &[Iteration], cells: (Nanos, Nanos)) -> Uses {
         }
     }
     out
-}
-
-fn merge(into: &mut Uses, from: Uses) {
-    for (k, u) in from {
-        into.entry(k).or_default().add(&u);
-    }
 }
 
 /// What estimating a request's use from its interval needs.
@@ -138,14 +124,12 @@ pub fn from_requests(requests: &[Served], cells: (Nanos, Nanos)) -> Uses {
     for (t, starts, k) in edges {
         if !alive.is_empty() && t > last {
             let share = 1.0 / alive.len() as f64;
-            let mut time = Uses::new();
-            let nobody: Arc<str> = Arc::from("");
-            spread(&mut time, &nobody, (last, t), cells);
+            let time = per_cell((last, t), cells);
             for &a in &alive {
-                for ((c, _), u) in &time {
-                    out.entry((*c, requests[a].request_id.clone()))
+                for &(c, ns) in &time {
+                    out.entry((c, requests[a].request_id.clone()))
                         .or_default()
-                        .gpu_ns += u.gpu_ns * share;
+                        .gpu_ns += ns * share;
                 }
             }
         }

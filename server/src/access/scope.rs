@@ -284,6 +284,9 @@ pub struct Redactor {
 
 impl Redactor {
     fn new(scope: &Scope, mine: &[String], theirs: &[String]) -> Self {
+        if theirs.is_empty() {
+            return Self::default();
+        }
         let mut patterns: HashMap<String, Option<String>> = HashMap::new();
         for id in theirs {
             let alias = scope.alias(id);
@@ -297,9 +300,6 @@ impl Redactor {
             }
         }
         patterns.retain(|p, _| !p.is_empty());
-        if theirs.is_empty() {
-            return Self::default();
-        }
         let (keys, values): (Vec<String>, Vec<Option<String>>) = patterns.into_iter().unzip();
         let matcher = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)

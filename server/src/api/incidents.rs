@@ -30,14 +30,17 @@ pub(super) async fn create(
 ) -> Result<(StatusCode, Json<CreatedIncident>)> {
     let new: NewIncident = serde_json::from_slice(&body)
         .map_err(|e| Error::InvalidArgument(format!("the body is not a new incident: {e}")))?;
-    let mut draft = incidents::draft(&store, &new, crate::clock::now_ns()).await?;
-    if let Scope::Tenants { tenants, .. } = &scope {
-        let instances = split_list(&new.instance);
-        let mut ids = Ids::default();
+    // A scoped reader's requests are checked before anything is frozen.
+    let instances = split_list(&new.instance);
+    let mut ids = Ids::default();
+    if scope != Scope::All {
         for id in &new.requests {
             let l = crate::query::requests::load(&store, id, &instances).await?;
             ids.extend(scope.request_ids(&store, &l).await?);
         }
+    }
+    let mut draft = incidents::draft(&store, &new, crate::clock::now_ns()).await?;
+    if let Scope::Tenants { tenants, .. } = &scope {
         ids.extend(
             scope
                 .waterfall_ids(&store, &instances, draft.waterfall_mut())

@@ -101,7 +101,7 @@ fn rows(requests: &[UsageRequest], uses: &Uses, stepped: &BTreeSet<Nanos>) -> Ve
         .collect()
 }
 
-/// The chart's bucket: whole minutes, about one bar per `px_per_bar` pixels.
+/// The chart's bucket: whole minutes, about one bar per six pixels.
 fn bucket_for(from: Nanos, to: Nanos, width_px: u32) -> Nanos {
     let bars = Nanos::from((width_px / 6).clamp(1, 360));
     let per_bar = (to - from + bars - 1) / bars;
@@ -152,14 +152,11 @@ pub async fn window(store: &Store, f: &RequestFilter, by: UsageBy, width_px: u32
     let busy_s: f64 = groups.iter().map(|g| g.gpu_s).sum();
     let estimated_s: f64 = groups.iter().map(|g| g.estimated_s).sum();
     // Most first; the chart's values follow this order.
-    let mut order: Vec<usize> = (0..groups.len()).collect();
-    order.sort_by(|&a, &b| {
-        groups[b]
-            .gpu_s
-            .total_cmp(&groups[a].gpu_s)
-            .then_with(|| groups[a].key.cmp(&groups[b].key))
-    });
-    let rank: HashMap<usize, usize> = order.iter().enumerate().map(|(r, &k)| (k, r)).collect();
+    groups.sort_by(|a, b| b.gpu_s.total_cmp(&a.gpu_s).then_with(|| a.key.cmp(&b.key)));
+    for (k, g) in groups.iter_mut().enumerate() {
+        index.insert((g.key.clone(), g.unstored), k);
+        g.share = if busy_s > 0.0 { g.gpu_s / busy_s } else { 0.0 };
+    }
     let mut buckets: Vec<UsageBucket> = Vec::new();
     for s in &sums {
         let start_ns = from + s.bucket * bucket_ns;
@@ -169,14 +166,10 @@ pub async fn window(store: &Store, f: &RequestFilter, by: UsageBy, width_px: u32
                 gpu_s: vec![0.0; groups.len()],
             });
         }
-        let r = rank[&index[&(s.key.clone(), s.unstored)]];
+        let k = index[&(s.key.clone(), s.unstored)];
         if let Some(b) = buckets.last_mut() {
-            b.gpu_s[r] += s.gpu_ns / 1e9;
+            b.gpu_s[k] += s.gpu_ns / 1e9;
         }
-    }
-    let mut groups: Vec<UsageGroup> = order.into_iter().map(|k| groups[k].clone()).collect();
-    for g in &mut groups {
-        g.share = if busy_s > 0.0 { g.gpu_s / busy_s } else { 0.0 };
     }
     Ok(Usage {
         from_ns: from,

@@ -6,12 +6,9 @@ use leptos::prelude::*;
 use super::super::format::gpu_time;
 use crate::api::{CompareSide, UsageGroup};
 
+/// Compare's usage is by tenant.
 fn name(g: &UsageGroup) -> String {
-    match (&g.key, g.unstored) {
-        (_, true) => "requests not stored yet".into(),
-        (Some(k), _) => k.clone(),
-        (None, _) => "no tenant".into(),
-    }
+    super::super::usage::label(g, "tenant")
 }
 
 pub fn table(a: &CompareSide, b: &CompareSide) -> impl IntoView + use<> {
@@ -19,7 +16,6 @@ pub fn table(a: &CompareSide, b: &CompareSide) -> impl IntoView + use<> {
         return view! { <p class="empty">"No GPU time accounted on either side yet (the findings worker accounts each minute once its data has settled)."</p> }.into_any();
     }
     let mut names: Vec<String> = a.usage.iter().chain(&b.usage).map(name).collect();
-    names.dedup();
     let mut seen = std::collections::HashSet::new();
     names.retain(|n| seen.insert(n.clone()));
     let find = |s: &CompareSide, n: &str| s.usage.iter().find(|g| name(g) == n).cloned();

@@ -27,7 +27,8 @@ const SPANS: [(Nanos, &str); 4] = [
     (7 * 24 * 3_600_000_000_000, "7 d"),
 ];
 
-fn label(g: &UsageGroup, by: &str) -> String {
+/// A group's name as the page shows it (`by`: tenant, adapter or model).
+pub(crate) fn label(g: &UsageGroup, by: &str) -> String {
     match (&g.key, g.unstored) {
         (_, true) => "requests not stored yet".into(),
         (Some(k), _) => k.clone(),
