@@ -321,30 +321,36 @@ impl Store {
         Ok(Stored::Settled(row))
     }
 
-    /// The settled stored diagnoses of requests that arrived in `[from, to)` on these instances
-    /// (all: `None`), worst first, at most `limit`. Those with data waiting in the queue are left
-    /// out (the caller diagnoses them itself).
+    /// The stored diagnoses of requests that arrived in `[from, to)` on these instances (all:
+    /// `None`), worst first, at most `limit`, leaving out those alive in `except`: the stretches
+    /// (instance, from, to) the caller diagnosed itself. The caller names them, rather than this
+    /// reading the queue again, so that a stretch the worker settles in between is counted once.
     pub async fn stored_diagnoses(
         &self,
         instances: Option<&[i32]>,
-        from: Nanos,
-        to: Nanos,
+        (from, to): (Nanos, Nanos),
         limit: i64,
+        except: &[(i32, Nanos, Nanos)],
     ) -> Result<Vec<DiagnosisRow>> {
+        let (ids, froms, tos) = columns(except);
         Ok(sqlx::query_as!(
             DiagnosisRow,
             "SELECT request_id, arrival_ns, finished_ns, speed_degraded, words_degraded,
                     worst, excess, causes, culprits, diagnosis
              FROM diagnoses d
              WHERE ($1::int[] IS NULL OR instance_id = ANY($1)) AND arrival_ns >= $2 AND arrival_ns < $3
-               AND NOT EXISTS (SELECT 1 FROM diagnosis_queue q WHERE q.instance_id = d.instance_id
-                               AND q.from_ns <= d.finished_ns AND q.to_ns >= d.arrival_ns)
+               AND NOT EXISTS (SELECT 1 FROM unnest($5::int[], $6::bigint[], $7::bigint[]) AS q(instance_id, from_ns, to_ns)
+                               WHERE q.instance_id = d.instance_id
+                                 AND q.from_ns <= d.finished_ns AND q.to_ns >= d.arrival_ns)
              ORDER BY worst DESC, excess DESC, request_id
              LIMIT $4",
             instances,
             from,
             to,
-            limit
+            limit,
+            &ids,
+            &froms,
+            &tos
         )
         .fetch_all(&self.pool)
         .await?)
@@ -368,15 +374,17 @@ impl Store {
             .collect())
     }
 
-    /// Requests with a settled stored finding of each cause among those `f` matches
-    /// (instances, engine, version, model, slices, window; a request with two causes counts under each),
-    /// most first: (cause, requests, the `examples` worst of them). Requests that data waiting
-    /// in the queue touches are left out (the caller diagnoses them itself).
+    /// Requests with a stored finding of each cause among those `f` matches (instances, engine,
+    /// version, model, slices, window; a request with two causes counts under each), most
+    /// first: (cause, requests, the `examples` worst of them). Requests alive in `except` (the
+    /// stretches the caller diagnosed itself) are left out.
     pub async fn cause_counts(
         &self,
         f: &RequestFilter,
         examples: i64,
+        except: &[(i32, Nanos, Nanos)],
     ) -> Result<Vec<(String, i64, Vec<String>)>> {
+        let (ids, froms, tos) = columns(except);
         let rows = sqlx::query!(
             r#"SELECT c.cause AS "cause!", count(*) AS "n!",
                       (array_agg(d.request_id ORDER BY d.worst DESC, d.excess DESC, d.request_id))[1:$7] AS "examples!"
@@ -390,8 +398,9 @@ impl Store {
                           AND ($8 IS NULL OR r.tenant = ANY($8)) AND ($9 IS NULL OR r.lora_adapter = $9)
                           AND ($10 IS NULL OR r.priority = $10)))
                  AND d.arrival_ns >= $5 AND d.arrival_ns < $6
-                 AND NOT EXISTS (SELECT 1 FROM diagnosis_queue q WHERE q.instance_id = d.instance_id
-                                 AND q.from_ns <= d.finished_ns AND q.to_ns >= d.arrival_ns)
+                 AND NOT EXISTS (SELECT 1 FROM unnest($11::int[], $12::bigint[], $13::bigint[]) AS q(instance_id, from_ns, to_ns)
+                                 WHERE q.instance_id = d.instance_id
+                                   AND q.from_ns <= d.finished_ns AND q.to_ns >= d.arrival_ns)
                GROUP BY 1 ORDER BY 2 DESC, 1"#,
             f.instance_list(),
             f.engine,
@@ -403,6 +412,9 @@ impl Store {
             f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
+            &ids,
+            &froms,
+            &tos,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -451,6 +463,17 @@ impl Store {
         .fetch_all(&self.pool)
         .await?)
     }
+}
+
+/// Stretches as the three arrays a query unnests.
+fn columns(stretches: &[(i32, Nanos, Nanos)]) -> (Vec<i32>, Vec<Nanos>, Vec<Nanos>) {
+    let mut out = (Vec::new(), Vec::new(), Vec::new());
+    for &(id, from, to) in stretches {
+        out.0.push(id);
+        out.1.push(from);
+        out.2.push(to);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -121,15 +121,45 @@ pub async fn window(
     let Some(fresh) = unsettled(store, f, instances.as_deref(), th, limit as usize).await? else {
         return computed(store, f, th, limit).await;
     };
-    let mut out = fresh;
+    let mut out = settled(
+        store,
+        instances.as_deref(),
+        (from, to),
+        limit,
+        &fresh.stretches,
+    )
+    .await?;
+    out.extend(fresh.degraded);
+    Ok(worst_first(out, limit))
+}
+
+/// What `unsettled` found waiting: the stretches it diagnosed and the degraded requests in them.
+pub struct Unsettled {
+    /// (instance, from, to) as the queue held them when read.
+    pub stretches: Vec<(i32, Nanos, Nanos)>,
+    /// With their worst severity and how far past its SLO each was.
+    pub degraded: Vec<(Severity, f64, Diagnosis)>,
+}
+
+/// The stored findings of requests that arrived in `[from, to)` on `instances`, worst first, at
+/// most `limit`, except those alive in `diagnosed` (the stretches `unsettled` diagnosed): each
+/// request once, whether or not the worker settled those stretches in between.
+pub async fn settled(
+    store: &Store,
+    instances: Option<&[i32]>,
+    window: (Nanos, Nanos),
+    limit: i64,
+    diagnosed: &[(i32, Nanos, Nanos)],
+) -> Result<Vec<(Severity, f64, Diagnosis)>> {
+    let mut out = Vec::new();
     for row in store
-        .stored_diagnoses(instances.as_deref(), from, to, limit)
+        .stored_diagnoses(instances, window, limit, diagnosed)
         .await?
     {
         let d = parse(row.diagnosis)?;
         out.push((worst(&d), row.excess, d));
     }
-    Ok(worst_first(out, limit))
+    Ok(out)
 }
 
 /// Whether `t` was served to `f`'s tenant, through its adapter, at its priority (each when set).
@@ -153,24 +183,27 @@ pub(super) async fn instance_ids(store: &Store, f: &RequestFilter) -> Result<Opt
 }
 
 /// The degraded requests of `f`'s window (its instances, as `instances`; engine, version,
-/// model) that data still waiting for the findings worker touches, diagnosed here: what the
-/// stored findings leave out. With their worst severity and how far past its SLO each was.
-/// `None` when there are more than `budget` such requests (the worker is far behind, or none
-/// runs).
-pub(super) async fn unsettled(
+/// model) that data still waiting for the findings worker touches, diagnosed here; the rest
+/// are `settled`'s. `None` when there are more than `budget` such requests (the worker is far
+/// behind, or none runs).
+pub async fn unsettled(
     store: &Store,
     f: &RequestFilter,
     instances: Option<&[i32]>,
     th: &Thresholds,
     budget: usize,
-) -> Result<Option<Vec<(Severity, f64, Diagnosis)>>> {
+) -> Result<Option<Unsettled>> {
     let (from, to) = (
         f.from_ns.unwrap_or(Nanos::MIN),
         f.to_ns.unwrap_or(Nanos::MAX),
     );
     let pending = store.pending_diagnosis(instances, from, to).await?;
+    let stretches = pending.iter().map(|p| (p.0, p.2, p.3)).collect();
     if pending.is_empty() {
-        return Ok(Some(Vec::new()));
+        return Ok(Some(Unsettled {
+            stretches,
+            degraded: Vec::new(),
+        }));
     }
     // Engine and version are the instance's; the model is each request's.
     let instances = store.list_instances().await?;
@@ -212,7 +245,10 @@ pub(super) async fn unsettled(
             }
         }
     }
-    Ok(Some(out))
+    Ok(Some(Unsettled {
+        stretches,
+        degraded: out,
+    }))
 }
 
 /// The degraded requests among the first `limit` that match `f` (its instances, engine,

@@ -143,8 +143,20 @@ pub async fn compare_side(
 /// waiting for the findings worker touches, diagnosed here; `None` when more than `DIAGNOSED`
 /// of those wait (the worker is far behind, or none runs).
 async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Option<Vec<CauseCount>>> {
+    let th = Thresholds::default();
+    let instances = super::diagnosis::instance_ids(store, f).await?;
+    // The queue first: the stored counts then leave out exactly what was diagnosed here.
+    let Some(mut fresh) =
+        super::diagnosis::unsettled(store, f, instances.as_deref(), &th, DIAGNOSED as usize)
+            .await?
+    else {
+        return Ok(None);
+    };
     let mut by: BTreeMap<Cause, CauseCount> = BTreeMap::new();
-    for (name, n, examples) in store.cause_counts(f, EXAMPLES as i64).await? {
+    for (name, n, examples) in store
+        .cause_counts(f, EXAMPLES as i64, &fresh.stretches)
+        .await?
+    {
         let cause = Cause::parse(&name)
             .ok_or_else(|| Error::Internal(format!("a stored finding has the cause {name:?}")))?;
         by.insert(
@@ -156,16 +168,10 @@ async fn stored_cause_counts(store: &Store, f: &RequestFilter) -> Result<Option<
             },
         );
     }
-    let th = Thresholds::default();
-    let instances = super::diagnosis::instance_ids(store, f).await?;
-    let Some(mut fresh) =
-        super::diagnosis::unsettled(store, f, instances.as_deref(), &th, DIAGNOSED as usize)
-            .await?
-    else {
-        return Ok(None);
-    };
-    fresh.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));
-    Ok(Some(tally(by, fresh.into_iter().map(|x| x.2))))
+    fresh
+        .degraded
+        .sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)));
+    Ok(Some(tally(by, fresh.degraded.into_iter().map(|x| x.2))))
 }
 
 /// Adds each diagnosis to its causes' counts (two findings of one cause on one request count

@@ -360,3 +360,59 @@ async fn the_list_says_up_to_when_findings_are_known_once_the_worker_is_behind()
     assert_eq!(up_to, queued.min(first), "{behind}");
     assert!(up_to <= first);
 }
+
+#[tokio::test]
+async fn a_stretch_settled_between_the_listings_two_reads_is_listed_once() {
+    // No worker: the test settles the queue itself, between the queue's read and the rows'.
+    let app = spawn_app().await;
+    let s = scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
+    app.send_sim(&s.runs).await;
+    let store = &app.running.store;
+    let th = tokenscope_core::analysis::diagnosis::Thresholds::default();
+    let f = tokenscope::store::RequestFilter::default();
+    let window = (i64::MIN, i64::MAX);
+    use tokenscope::query::diagnosis::{settled, unsettled};
+
+    let fresh = unsettled(store, &f, None, &th, 1000)
+        .await
+        .unwrap()
+        .expect("within the budget");
+    assert!(!fresh.stretches.is_empty(), "everything sent is queued");
+    tokenscope::query::findings::drain(store, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("the queue was due");
+    assert_eq!(store.diagnosis_backlog().await.unwrap().1, 0);
+    let rows = settled(store, None, window, 1000, &fresh.stretches)
+        .await
+        .unwrap();
+
+    let mut listed: Vec<String> = fresh
+        .degraded
+        .iter()
+        .chain(&rows)
+        .map(|x| x.2.request_id.clone())
+        .collect();
+    listed.sort();
+    let mut once = listed.clone();
+    once.dedup();
+    assert_eq!(listed, once, "each request once");
+    // What the engine did: the victim waited on the culprits' prefills.
+    for id in s.truth.victims.iter() {
+        assert!(listed.contains(id), "{id} in {listed:?}");
+    }
+    // The same requests a quiet read lists, where the queue no longer hides the rows.
+    let quiet = app.get_json("/api/v1/diagnosis?limit=1000").await;
+    let mut want: Vec<String> = quiet["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["request_id"].as_str().unwrap().to_string())
+        .collect();
+    want.sort();
+    assert_eq!(listed, want);
+    // The rows of the stretches diagnosed first are there: naming them is what keeps them out.
+    let all_rows = settled(store, None, window, 1000, &[]).await.unwrap();
+    assert_eq!(all_rows.len(), want.len());
+    assert!(!fresh.degraded.is_empty());
+}
