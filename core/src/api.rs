@@ -149,6 +149,19 @@ pub struct InstanceList {
     pub instances: Vec<InstanceInfo>,
 }
 
+/// An event of `GET /api/v1/live` (server-sent events). `ready` (on opening, and whenever the
+/// server may have missed news): read everything again; `ingested`: these instances' data grew.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiveTick {
+    /// The newest time the stored data of the stream's instances reaches, as far as this server
+    /// has heard since it started (`None`: nothing yet).
+    pub newest_ns: Option<Nanos>,
+    /// The instances whose data grew since the stream's last event, with how far each reaches
+    /// now (on `ready`: every one heard of).
+    #[serde(default)]
+    pub instances: std::collections::BTreeMap<String, Nanos>,
+}
+
 /// One refused item of an ingest or import.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rejection {

@@ -12,6 +12,7 @@ pub mod findings;
 pub mod fixtures;
 pub mod fuzz;
 pub mod ingest;
+pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod query;

@@ -38,6 +38,12 @@ pub fn page_policy(nonce: &str) -> String {
 const OTHER_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; \
      base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
+/// The policy of our scripts. A page's own policy governs the scripts it loads, but a worker
+/// runs under the policy its script came with: the live stream's shared worker
+/// (`public/live-worker.js`) may connect to this origin and do nothing else.
+const SCRIPT_POLICY: &str = "default-src 'none'; connect-src 'self'; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
+
 /// The middleware, outermost on the HTTP port: gives the request a nonce (a request extension
 /// the page renderer hands to Leptos, see `server::page_context`) and sets the headers on the
 /// response, whichever handler made it (pages, the revoked page, sign-in, errors).
@@ -45,11 +51,7 @@ pub async fn headers(mut req: Request, next: Next) -> Response {
     let nonce = Nonce::new();
     req.extensions_mut().insert(nonce.clone());
     let mut resp = next.run(req).await;
-    let policy = if is_html(resp.headers()) {
-        page_policy(&nonce)
-    } else {
-        OTHER_POLICY.to_string()
-    };
+    let policy = policy_for(content_type(resp.headers()), &nonce);
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&policy) {
         h.insert(header::CONTENT_SECURITY_POLICY, v);
@@ -66,10 +68,21 @@ pub async fn headers(mut req: Request, next: Next) -> Response {
     resp
 }
 
-fn is_html(h: &HeaderMap) -> bool {
+/// The policy of a reply of this content type.
+fn policy_for(content_type: &str, nonce: &str) -> String {
+    match content_type {
+        t if t.starts_with("text/html") => page_policy(nonce),
+        t if t.starts_with("text/javascript") || t.starts_with("application/javascript") => {
+            SCRIPT_POLICY.to_string()
+        }
+        _ => OTHER_POLICY.to_string(),
+    }
+}
+
+fn content_type(h: &HeaderMap) -> &str {
     h.get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.trim_start().starts_with("text/html"))
+        .map_or("", str::trim_start)
 }
 
 #[cfg(test)]
@@ -90,5 +103,25 @@ mod tests {
         let script = p.split(';').find(|d| d.contains("script-src")).unwrap();
         assert!(!script.contains("unsafe-inline"), "{script}");
         assert!(!script.contains("'unsafe-eval'"), "{script}");
+    }
+
+    #[test]
+    fn a_script_may_connect_home_and_nothing_else_may_run_anything() {
+        // The live worker's policy: its stream, and no scripts, frames or forms.
+        let worker = policy_for("text/javascript; charset=utf-8", "n");
+        assert!(
+            worker.starts_with("default-src 'none'; connect-src 'self';"),
+            "{worker}"
+        );
+        assert!(!worker.contains("script-src"), "{worker}");
+        assert_eq!(policy_for("application/javascript", "n"), worker);
+        for other in ["application/json", "image/svg+xml", "text/plain", ""] {
+            let p = policy_for(other, "n");
+            assert!(
+                p.starts_with("default-src 'none'") && !p.contains("connect-src"),
+                "{other}: {p}"
+            );
+        }
+        assert!(policy_for("text/html; charset=utf-8", "n").contains("'nonce-n'"));
     }
 }

@@ -189,15 +189,16 @@ pub async fn start(config: Config) -> Result<Running> {
         sink.clone(),
         crate::ingest::otlp::Mapping::with_tenant_attributes(&config.otlp_tenant_attributes),
     );
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let state = AppState {
         sink: sink.clone(),
         otlp: otlp.clone(),
         budget: budget.clone(),
         read,
+        live: crate::live::Live::start(store.clone(), stopped.clone()).await?,
     };
     let app = http_app(&config, state, keys.clone(), http_addr);
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
     let when_stopped = move || {
         let mut stopped = stopped.clone();
         async move {

@@ -9,6 +9,7 @@ use crate::access::ReadAccess;
 use crate::ingest::Sink;
 use crate::ingest::budget::Budget;
 use crate::ingest::otlp_endpoints::Otlp;
+use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
@@ -23,6 +24,8 @@ pub struct AppState {
     pub budget: Budget,
     /// Who may read, and the sign-in.
     pub read: Arc<ReadAccess>,
+    /// What open live pages are told.
+    pub live: Live,
 }
 
 impl AppState {
@@ -50,3 +53,4 @@ part!(Sink, sink);
 part!(Otlp, otlp);
 part!(Budget, budget);
 part!(Arc<ReadAccess>, read);
+part!(Live, live);

@@ -11,6 +11,7 @@ mod diagnoses;
 mod error;
 mod incidents;
 mod latency;
+mod live;
 mod partitions;
 mod read;
 pub mod step_block;
@@ -33,6 +34,7 @@ pub use error::{Error, Result};
 
 pub use incidents::IncidentRow;
 pub use latency::{BinRow, LatencyRow, Quantiles, SetStats};
+pub use live::{IngestListener, Ingested};
 pub use partitions::DAY_NS;
 pub use read::{
     InstanceRow, Loaded, ORDER_KEYS, Order, RequestFilter, RequestRow, count, split_list,

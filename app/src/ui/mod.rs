@@ -10,6 +10,7 @@ pub mod fetch;
 pub mod finding;
 pub mod format;
 pub mod incident;
+pub mod live;
 pub mod request;
 pub mod time;
 pub mod upload;

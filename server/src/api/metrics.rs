@@ -60,6 +60,11 @@ pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<im
             samples: vec![("".into(), otlp.assembler.held_spans() as f64)],
         },
         Gauge {
+            name: "tokenscope_live_pages",
+            help: "Pages following new data now (open streams of /api/v1/live).",
+            samples: vec![("".into(), state.live.pages() as f64)],
+        },
+        Gauge {
             name: "tokenscope_findings_lag_seconds",
             help: "How long the oldest stretch of new data has waited for the findings worker (the settle time included); 0 when none waits.",
             samples: vec![("".into(), lag.as_secs_f64())],

@@ -27,6 +27,7 @@ mod export;
 mod import;
 pub mod incidents;
 mod latency;
+mod live;
 pub mod metrics;
 mod requests;
 mod usage;
@@ -77,6 +78,7 @@ pub fn router(state: AppState, keys: Option<Arc<IngestKeys>>) -> Router {
         .route("/api/v1/alerts/alertmanager", post(alerts::alertmanager))
         .route("/api/v1/diagnosis", get(diagnosis::diagnose_window))
         .route("/api/v1/waterfall", get(waterfall::waterfall))
+        .route("/api/v1/live", get(live::live))
         .route("/api/v1/latency", get(latency::latency))
         .route("/api/v1/usage", get(usage::usage))
         .route("/api/v1/compare", get(compare::compare))

@@ -19,6 +19,7 @@ mod incidents;
 mod ingest_batches;
 mod ingest_roundtrip;
 mod latency;
+mod live;
 mod logs;
 mod metrics;
 mod migrations;

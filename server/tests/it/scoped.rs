@@ -95,6 +95,24 @@ async fn scoped_reader() {
         assert_eq!(status, 200, "{path}: {body}");
         leaks(path, &body);
     }
+    // The live stream (it never ends, so its first event): instances and times only.
+    let mut live = app
+        .client
+        .get(format!("{}/api/v1/live?{q}", app.http))
+        .bearer_auth(ACME)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), 200);
+    let first = tokio::time::timeout(std::time::Duration::from_secs(5), live.chunk())
+        .await
+        .expect("the stream says ready")
+        .unwrap()
+        .unwrap();
+    let first = std::str::from_utf8(&first).unwrap();
+    assert!(first.starts_with("event: ready"), "{first}");
+    leaks("/api/v1/live", first);
+    drop(live);
     // Refused: what does not narrow to the reader, and the other tenant's requests.
     let refused = [
         (403, format!("/api/v1/diagnosis?{window}")),

@@ -16,7 +16,7 @@ use super::token_block::{self, StoredText};
 use super::vocab::{TextsById, Vocab};
 use super::{Store, partitions::day_of};
 use crate::batch::{ResourceBatch, Stored};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The small, rarely filtered parts of a request, kept as JSON in `requests.detail`.
 #[derive(Serialize, Deserialize)]
@@ -249,6 +249,19 @@ impl Store {
         if inserted > 0 || iterations > 0 {
             // What was diagnosed around this stretch may change: the worker takes it again.
             Store::enqueue_diagnosis(&mut tx, instance_id, first_seen, last_seen).await?;
+            // Open live pages follow it, once committed.
+            let notice = serde_json::to_string(&crate::live::Ingested {
+                instance: resource.instance_id.clone(),
+                newest_ns: last_seen,
+            })
+            .map_err(|e| Error::Internal(e.to_string()))?;
+            sqlx::query_scalar!(
+                "SELECT 1 AS \"sent!\" FROM pg_notify($1, $2)",
+                crate::live::CHANNEL,
+                notice
+            )
+            .fetch_one(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(Stored {

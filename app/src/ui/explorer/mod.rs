@@ -10,6 +10,7 @@ use leptos_router::hooks::{use_navigate, use_query_map};
 
 use super::chart::{LatencyChart, Metric};
 use super::fetch::get_json;
+use super::live::Link;
 use super::time::now_ns;
 use crate::api::{InstanceList, LatencySeries, RequestList};
 use crate::query::{build, opt};
@@ -62,6 +63,7 @@ pub fn Explorer() -> impl IntoView {
     let data = Resource::new(move || query.get(), load);
     let navigate = use_navigate();
     let go = Callback::new(move |q: ExplorerQuery| navigate(&q.href(), Default::default()));
+    let link = follow_new_data(query, data);
     let narrow = Callback::new(move |(from, to)| {
         go.run(query.get_untracked().with(|q| {
             q.range.clear();
@@ -76,7 +78,8 @@ pub fn Explorer() -> impl IntoView {
                 Err(e) => view! { <p class="panel error">"Could not load the instances: " {e} ". Is the server up? Try reloading."</p> }.into_any(),
             })}
         </Suspense>
-        <Suspense fallback=|| view! { <ExplorerSkeleton/> }>
+        // A transition: while a live view reads again, the last picture stays.
+        <Transition fallback=|| view! { <ExplorerSkeleton/> }>
             {move || data.get().map(|r| match r {
                 Err(e) => view! { <p class="panel error" data-testid="explorer-error">"Could not load requests: " {e}</p> }.into_any(),
                 Ok(d) => view! {
@@ -88,6 +91,7 @@ pub fn Explorer() -> impl IntoView {
                                 <i class="l-slo"></i>"SLO" <i class="l-breach"></i>"requests over SLO"
                             </span>
                             <span class="hint">"Drag across a chart to narrow the range"</span>
+                            <LiveBadge query=query link=link go=go/>
                         </div>
                         <div class="chart-pair">
                             <figure><figcaption>"Time to first token"</figcaption>
@@ -99,7 +103,73 @@ pub fn Explorer() -> impl IntoView {
                     <table::Requests data=d query=query.get_untracked()/>
                 }.into_any(),
             })}
-        </Suspense>
+        </Transition>
+    }
+}
+
+/// Reads the view again when new data comes for its instances while it shows the latest
+/// requests (no fixed window), at most once per `REREAD`; returns the stream's state.
+fn follow_new_data(
+    query: Memo<ExplorerQuery>,
+    data: Resource<Result<ExplorerData, String>>,
+) -> RwSignal<Link> {
+    let link = RwSignal::new(Link::Connecting);
+    let instances = Memo::new(move |_| query.with(|q| q.instance.clone()));
+    #[cfg(feature = "hydrate")]
+    {
+        use crate::ui::canvas::now_ms;
+        const REREAD_MS: f64 = 1000.0;
+        // When the view was last read, and whether a read is already waiting for its turn.
+        let last = StoredValue::new(0.0f64);
+        let waiting = StoredValue::new(false);
+        Effect::new(move |_| {
+            super::live::follow(&instances.get(), link, move |_| {
+                if !query.with_untracked(ExplorerQuery::follows_now) || waiting.get_value() {
+                    return;
+                }
+                let wait = (last.get_value() + REREAD_MS - now_ms()).max(0.0);
+                waiting.set_value(true);
+                set_timeout(
+                    move || {
+                        waiting.set_value(false);
+                        last.set_value(now_ms());
+                        data.refetch();
+                    },
+                    std::time::Duration::from_millis(wait as u64),
+                );
+            });
+        });
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (instances, data);
+    link
+}
+
+/// "live" while the view shows the latest requests; else the way back to them.
+#[component]
+fn LiveBadge(
+    query: Memo<ExplorerQuery>,
+    link: RwSignal<Link>,
+    go: Callback<ExplorerQuery>,
+) -> impl IntoView {
+    move || {
+        let q = query.get();
+        if q.follows_now() {
+            let (class, text) = match link.get() {
+                Link::Lost => ("live lost", "● reconnecting…"),
+                _ => ("live on", "● live"),
+            };
+            view! { <span class=class data-testid="live" data-link=link.get().name() title="New requests appear as they are stored">{text}</span> }.into_any()
+        } else if q.find.is_empty() && q.from.is_some() {
+            let back = q.with(|q| {
+                q.from = None;
+                q.to = None;
+            });
+            view! { <button class="live off" data-testid="live" title="Show the latest requests, following new ones"
+                on:click=move |_| go.run(back.clone())>"▸ back to live"</button> }.into_any()
+        } else {
+            ().into_any()
+        }
     }
 }
 

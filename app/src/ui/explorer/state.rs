@@ -115,6 +115,12 @@ impl ExplorerQuery {
         (self.from, self.to)
     }
 
+    /// Whether the view shows the latest requests (no fixed window, no find, its first page),
+    /// so new data changes it.
+    pub fn follows_now(&self) -> bool {
+        self.from.is_none() && self.to.is_none() && self.find.is_empty() && self.page == 0
+    }
+
     /// The instance, engine, version, model and slice filters as API parameters.
     pub fn filters(&self) -> Vec<(&'static str, String)> {
         vec![

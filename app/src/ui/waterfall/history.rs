@@ -21,8 +21,9 @@ pub(super) fn follow(wf: Wf) {
             return;
         }
         let width = wf.view.get_untracked().width;
-        if let (Some(from), Some(to)) = (q.zfrom.or(q.from), q.zto.or(q.to)) {
-            wf.view.set(Viewport::new(from, to, width));
+        match (q.zfrom.or(q.from), q.zto.or(q.to)) {
+            (Some(from), Some(to)) => wf.steer(Viewport::new(from, to, width)),
+            _ => wf.go_live(),
         }
         wf.selected.set(q.focus.clone());
         wf.compact.set(q.compact);
@@ -46,7 +47,9 @@ pub(super) fn write(
     let Some(window) = web_sys::window() else {
         return;
     };
-    let (outer, q) = (wf.outer.get_untracked(), wf.q.get_value());
+    let (q, live) = (wf.q.get_value(), wf.live.get_untracked());
+    // A live view's URL has no window: opened again, it follows new data too.
+    let outer = wf.outer.get_untracked().filter(|_| !live);
     let zoomed = outer.is_some_and(|o| o != (v.from, v.to));
     let next = WaterfallQuery {
         from: outer.map(|o| o.0),

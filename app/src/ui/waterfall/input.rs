@@ -214,9 +214,9 @@ pub(super) fn listen(wf: Wf) {
         if e.ctrl_key() || (dy.abs() >= dx.abs() && !e.shift_key()) {
             // A trackpad pinch arrives as ctrl+wheel with small deltas.
             let k = if e.ctrl_key() { 0.01 } else { 0.0025 };
-            wf.view.set(v.zoom((dy * k).clamp(-1.0, 1.0).exp(), x));
+            wf.steer(v.zoom((dy * k).clamp(-1.0, 1.0).exp(), x));
         } else {
-            wf.view.set(v.pan(if dx != 0.0 { dx } else { dy }));
+            wf.steer(v.pan(if dx != 0.0 { dx } else { dy }));
         }
     });
     let c = canvas.clone();
@@ -232,7 +232,7 @@ pub(super) fn listen(wf: Wf) {
             && (moved || (x - x0).abs() > 3.0)
         {
             drag.set_value(Some((x0, v0, true)));
-            wf.view.set(v0.pan(x0 - x));
+            wf.steer(v0.pan(x0 - x));
             wf.tooltip.set(None);
             return;
         }
@@ -265,6 +265,11 @@ pub(super) fn listen(wf: Wf) {
     let sc = scroller.clone();
     on(&scroller, "scroll", move |_: web_sys::Event| {
         let row = (f64::from(sc.scroll_top()) / ROW_H).floor() as u32;
+        // Within a row of the end: new requests keep the rows at their end.
+        wf.at_bottom.set_value(
+            f64::from(sc.scroll_top() + sc.client_height())
+                >= f64::from(sc.scroll_height()) - ROW_H,
+        );
         if wf.first_row.get_untracked() != row {
             wf.first_row.set(row);
         }
@@ -278,8 +283,7 @@ pub(super) fn listen(wf: Wf) {
         };
         let (x, _) = local_xy(&m, e);
         let t = Viewport::new(from, to, v.width).t(x);
-        wf.view
-            .set(Viewport::new(t - v.span() / 2, t + v.span() / 2, v.width));
+        wf.steer(Viewport::new(t - v.span() / 2, t + v.span() / 2, v.width));
     };
     let c1 = center.clone();
     on(&mini, "mousedown", move |e: web_sys::MouseEvent| {
@@ -329,7 +333,7 @@ pub(super) fn keys(wf: Wf) {
         };
         e.prevent_default();
         if let Some(n) = next {
-            wf.view.set(n);
+            wf.steer(n);
         }
     });
     on_cleanup(move || handle.remove());

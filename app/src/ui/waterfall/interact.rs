@@ -27,6 +27,18 @@ pub fn start(wf: Wf, selected: Resource<Result<Option<Selected>, String>>) {
     });
     input::keys(wf);
     history::follow(wf);
+    let instances = wf.q.with_value(|q| q.instance.clone());
+    crate::ui::live::follow(&instances, wf.link, move |newest| {
+        if newest.is_some() {
+            wf.newest.set(newest);
+        }
+        match (wf.live.get_untracked(), newest) {
+            (true, Some(n)) => wf.follow_to(n),
+            // Nothing heard of yet, but the page may have missed news: read the view again.
+            (true, None) => wf.view.update(|_| {}),
+            (false, _) => wf.missed.update(|m| *m += 1),
+        }
+    });
 }
 
 fn measure(wf: Wf) {
@@ -90,6 +102,9 @@ fn paint(wf: Wf, zone: &Zone) {
         );
         let end = now_ms();
         record("__tsFrameMs", end - start);
+        if wf.live.get_untracked() {
+            seen(data, &v, first_row, visible_rows);
+        }
         if let Some(arrived) = ARRIVED.with(|a| a.take()) {
             record("__tsPaintAfterDataMs", end - arrived);
         }
@@ -108,4 +123,32 @@ fn paint_minimap(wf: Wf) {
             draw::minimap(&ctx, &outer, &m.lane, &v, MINIMAP_H);
         }
     });
+}
+
+/// Notes when each request first reached the screen of a live page (`window.__tsSeen[id]`,
+/// milliseconds since the epoch, comparable with the sender's clock): what the live benchmark
+/// reads for ingest-to-pixel latency.
+fn seen(data: &crate::analysis::waterfall::Waterfall, v: &Viewport, first_row: u32, rows: u32) {
+    use wasm_bindgen::JsValue;
+    let Some(w) = web_sys::window() else { return };
+    let key = JsValue::from_str("__tsSeen");
+    let map = js_sys::Reflect::get(&w, &key)
+        .ok()
+        .filter(|m| m.is_object())
+        .unwrap_or_else(|| {
+            let m: JsValue = js_sys::Object::new().into();
+            let _ = js_sys::Reflect::set(&w, &key, &m);
+            m
+        });
+    let now = JsValue::from_f64(js_sys::Date::now());
+    for t in &data.tracks {
+        let on_screen = t.row >= first_row
+            && t.row < first_row + rows
+            && t.finished_ns >= v.from
+            && t.arrival_ns <= v.to;
+        let id = JsValue::from_str(&t.request_id);
+        if on_screen && !js_sys::Reflect::has(&map, &id).unwrap_or(true) {
+            let _ = js_sys::Reflect::set(&map, &id, &now);
+        }
+    }
 }

@@ -23,8 +23,6 @@ const DEBOUNCE: Duration = Duration::from_millis(120);
 /// Data for the visible window and rows, fetched after the view has been still for a moment.
 pub(super) fn view(wf: Wf) {
     let generation = StoredValue::new(0u64);
-    // Until the first reply, a view without a window asks the API for its default.
-    let settled = StoredValue::new(wf.q.with_value(|q| q.from.is_some() && q.to.is_some()));
     let scroll_to_focus = StoredValue::new(wf.q.with_value(|q| q.focus.is_some()));
     Effect::new(move |_| {
         let v = wf.view.get();
@@ -46,7 +44,8 @@ pub(super) fn view(wf: Wf) {
         generation.update_value(|g| *g += 1);
         let mine = generation.get_value();
         let instance = wf.q.with_value(|q| q.instance.clone());
-        let window = settled.get_value().then_some((v.from, v.to));
+        // A view without a window (or back to live before any news) asks the API for its default.
+        let window = (!wf.ask_default.get_value()).then_some((v.from, v.to));
         let url = format!(
             "/api/v1/waterfall{}",
             build(&[
@@ -82,8 +81,8 @@ pub(super) fn view(wf: Wf) {
                     }
                     match reply {
                         Ok(w) => {
-                            if !settled.get_value() {
-                                settled.set_value(true);
+                            if wf.ask_default.get_value() {
+                                wf.ask_default.set_value(false);
                                 wf.outer.set(Some((w.from_ns, w.to_ns)));
                                 wf.view.set(Viewport::new(w.from_ns, w.to_ns, v.width));
                             }
@@ -97,6 +96,9 @@ pub(super) fn view(wf: Wf) {
                             ARRIVED.with(|a| a.set(Some(now_ms())));
                             wf.error.set(None);
                             wf.data.set(Some(w));
+                            if wf.live.get_untracked() && wf.at_bottom.get_value() {
+                                stay_at_bottom(wf);
+                            }
                         }
                         Err(e) => wf.error.set(Some(format!("Could not load the waterfall: {e}. The last picture stays; change the view to try again."))),
                     }
@@ -105,6 +107,19 @@ pub(super) fn view(wf: Wf) {
             DEBOUNCE,
         );
     });
+}
+
+/// Keeps the rows scrolled to their end once the page has drawn the new row count, so a live
+/// view shows the newest requests (the scroll then loads their rows).
+fn stay_at_bottom(wf: Wf) {
+    set_timeout(
+        move || {
+            if let Some(sc) = wf.scroller.get_untracked() {
+                sc.set_scroll_top(sc.scroll_height());
+            }
+        },
+        Duration::ZERO,
+    );
 }
 
 /// The minimap: the whole window's lane, once the whole window is known.

@@ -23,6 +23,7 @@ use leptos_router::hooks::use_query_map;
 
 use super::fetch::get_json;
 use super::format::{duration_ms, thousands};
+use super::live::Link;
 use super::time::{Zone, date_time, span};
 use crate::analysis::diagnosis::Diagnosis;
 use crate::analysis::waterfall::Waterfall;
@@ -158,6 +159,50 @@ pub struct Wf {
     pub canvas: NodeRef<html::Canvas>,
     pub mini: NodeRef<html::Canvas>,
     pub scroller: NodeRef<html::Div>,
+    /// Following new data (the URL has no window); panning or zooming pins the view.
+    pub live: RwSignal<bool>,
+    /// How far the instances' data reaches, as the live stream last said.
+    pub newest: RwSignal<Option<Nanos>>,
+    /// Times new data came while the view was pinned (the "back to live" control says so).
+    pub missed: RwSignal<u32>,
+    pub link: RwSignal<Link>,
+    /// The next load asks the API for its default window (the instance's latest minutes).
+    pub ask_default: StoredValue<bool>,
+    /// Rows follow the newest request (the view is scrolled to its bottom).
+    pub at_bottom: StoredValue<bool>,
+}
+
+impl Wf {
+    /// The user moved the view: it stays where they put it.
+    pub fn steer(self, v: Viewport) {
+        self.live.set(false);
+        self.view.set(v);
+    }
+
+    /// Back to following new data, from the newest the stream has told of (or, before any, the
+    /// instance's latest minutes as the API has them).
+    pub fn go_live(self) {
+        self.live.set(true);
+        self.missed.set(0);
+        match self.newest.get_untracked() {
+            Some(n) => self.follow_to(n),
+            None => {
+                self.ask_default.set_value(true);
+                self.view.update(|_| {});
+            }
+        }
+    }
+
+    /// Moves the live view so that data up to `newest` is in it, keeping its span; the view's
+    /// loader then reads it.
+    pub fn follow_to(self, newest: Nanos) {
+        let v = self.view.get_untracked();
+        let span = v.span().max(1);
+        let to = (newest + span / 50).max(v.to);
+        let (from, to) = (to - span, to);
+        self.outer.set(Some((from, to)));
+        self.view.set(Viewport::new(from, to, v.width));
+    }
 }
 
 #[component]
@@ -182,6 +227,12 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
         canvas: NodeRef::new(),
         mini: NodeRef::new(),
         scroller: NodeRef::new(),
+        live: RwSignal::new(from.is_none() && to.is_none()),
+        newest: RwSignal::new(None),
+        missed: RwSignal::new(0),
+        link: RwSignal::new(Link::Connecting),
+        ask_default: StoredValue::new(q.from.is_none() || q.to.is_none()),
+        at_bottom: StoredValue::new(q.focus.is_none()),
     };
     // The selected request's diagnosis (rendered on the server for a pasted link).
     let view_instances: Vec<String> = q.instance.split(',').map(str::to_string).collect();
@@ -246,6 +297,7 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
                     on:change=move |ev| wf.compact.set(event_target_checked(&ev))/>" compact"</label>
                 <label title="Move the selected request's culprits to the rows below it"><input type="checkbox" data-testid="pull"
                     prop:checked=move || wf.pull.get() on:change=move |ev| wf.pull.set(event_target_checked(&ev))/>" culprits next to it"</label>
+                <LiveControl wf=wf/>
                 <span class="keys" title="W/S zoom at the cursor · A/D pan · F fit selection · Esc clear · wheel zoom · drag pan · double-click opens the request">"W S A D F Esc"</span>
                 <a href=format!("/{explorer}")>"explorer"</a>
             </div>
@@ -278,6 +330,40 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
             </div>
             <panel::Panel wf=wf selected=selected/>
         </div>
+    }
+}
+
+/// Whether the view follows new data, and the way back to it once pinned.
+#[component]
+fn LiveControl(wf: Wf) -> impl IntoView {
+    move || {
+        if wf.live.get() {
+            let (class, text, title) = match wf.link.get() {
+                Link::Lost => (
+                    "live lost",
+                    "● reconnecting…",
+                    "The live stream was cut off; the browser is reconnecting.",
+                ),
+                _ => (
+                    "live on",
+                    "● live",
+                    "Following new data. Pan or zoom to hold the view still.",
+                ),
+            };
+            view! { <span class=class data-testid="live" data-link=wf.link.get().name() title=title>{text}</span> }.into_any()
+        } else {
+            let missed = wf.missed.get();
+            let text = if missed > 0 {
+                "▸ back to live · new data"
+            } else {
+                "▸ back to live"
+            };
+            view! {
+                <button class="live off" data-testid="live" title="The view is held still; follow new data again"
+                    on:click=move |_| wf.go_live()>{text}</button>
+            }
+            .into_any()
+        }
     }
 }
 
