@@ -67,7 +67,8 @@ const sends = await send(SENDS, 0.5, "live");
 await page.waitForTimeout(3000);
 const seen = await page.evaluate(() => window.__tsSeen ?? {});
 const lat = sends.filter((s) => seen[s.id] !== undefined).map((s) => seen[s.id] - s.sent_ms).sort((a, b) => a - b);
-const missing = sends.length - lat.length;
+const unseen = sends.filter((s) => seen[s.id] === undefined).map((s) => s.id);
+const missing = unseen.length ? `${unseen.length} (${unseen.join(", ")})` : "0";
 console.log(`live ingest → pixel over ${sends.length} OTel SDK sends: p50 ${quantile(lat, 0.5).toFixed(0)} ms, ` +
   `p95 ${quantile(lat, 0.95).toFixed(0)} ms, max ${lat[lat.length - 1].toFixed(0)} ms; never on screen: ${missing}`);
 await page.close();

@@ -310,7 +310,9 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
                 </div>
                 {move || wf.error.get().map(|e| view! { <p class="error wf-error" data-testid="wf-error">{e}</p> })}
                 <div class="wf-scroll" node_ref=wf.scroller data-testid="wf-scroll">
-                    <div class="wf-spacer" style=move || format!("height:{}px", LANE_H + AXIS_H + f64::from(rows_total()) * ROW_H)>
+                    // One row more than there are: the rows drawn are the whole ones that fit, so
+                    // without it the last row could never be scrolled into view.
+                    <div class="wf-spacer" style=move || format!("height:{}px", LANE_H + AXIS_H + f64::from(rows_total() + 1) * ROW_H)>
                         <div class="wf-sticky">
                             <div class="wf-label-col wf-labels">
                                 <div class="wf-lane-label" style=format!("height:{LANE_H}px")>"engine steps"<br/><small><i class="sw-prefill"></i>"prefill "<i class="sw-decode"></i>"decode tok"</small></div>
