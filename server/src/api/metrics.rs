@@ -20,13 +20,15 @@ const FINDINGS_OVER_NS: i64 = 3_600 * 1_000_000_000;
 /// The counters, and the gauges read now: the pool, the budget, the spans OTLP holds, the
 /// findings worker's backlog and the last hour's findings.
 pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<impl IntoResponse> {
-    // Exemplars carry request ids: with read access on, only for a reader who may see them all
-    // (give Prometheus the read token); anyone else gets the text format without them.
+    // Exemplars carry request ids and tenant labels name tenants: with read access on, both
+    // only for a reader who may see them all (give Prometheus the read token); anyone else gets
+    // the text format without exemplars and each instance's histograms summed over tenants.
+    let sees_all = state.read.sees_everything(&headers);
     let openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/openmetrics-text"))
-        && state.read.sees_everything(&headers);
+        && sees_all;
     let AppState {
         sink, otlp, budget, ..
     } = &state;
@@ -89,7 +91,7 @@ pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<im
                 })
                 .collect(),
         },
-    ], openmetrics);
+    ], openmetrics, sees_all);
     let content_type = if openmetrics {
         "application/openmetrics-text; version=1.0.0; charset=utf-8"
     } else {

@@ -117,7 +117,9 @@ impl LatencyMetrics {
     }
 
     /// Both histograms' families; exemplars only in OpenMetrics (the 0.0.4 text format has none).
-    pub fn render(&self, out: &mut String, openmetrics: bool) {
+    /// Without `tenants` (a reader who may not see every tenant), each instance's histograms are
+    /// summed over its tenants, and no tenant is named.
+    pub fn render(&self, out: &mut String, openmetrics: bool, tenants: bool) {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for (k, (name, help, bounds)) in [
             (
@@ -135,33 +137,61 @@ impl LatencyMetrics {
         .enumerate()
         {
             family(out, name, help, "histogram", openmetrics);
-            for ((instance, tenant), pair) in &inner.series {
-                let h = &pair[k];
-                let mut labels = format!("instance=\"{}\"", label_value(instance));
-                if self.tenant_labels > 0 {
-                    let _ = write!(labels, ",tenant=\"{}\"", label_value(tenant));
-                }
-                let mut cumulative = 0;
-                for (slot, count) in h.counts.iter().enumerate() {
-                    cumulative += count;
-                    let le = bounds.get(slot).map_or("+Inf".to_string(), |b| b.to_string());
-                    let _ = write!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-                    if let (true, Some(e)) = (openmetrics, &h.exemplars[slot]) {
-                        let _ = write!(
-                            out,
-                            " # {{request_id=\"{}\"}} {} {:.3}",
-                            label_value(&e.request_id),
-                            e.value,
-                            e.at_s
-                        );
+            if tenants || self.tenant_labels == 0 {
+                for ((instance, tenant), pair) in &inner.series {
+                    let mut labels = format!("instance=\"{}\"", label_value(instance));
+                    if self.tenant_labels > 0 {
+                        let _ = write!(labels, ",tenant=\"{}\"", label_value(tenant));
                     }
-                    out.push('\n');
+                    write_histogram(out, name, bounds, &labels, &pair[k], openmetrics);
                 }
-                let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
-                let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+            } else {
+                let mut summed: BTreeMap<&str, Histogram> = BTreeMap::new();
+                for ((instance, _), pair) in &inner.series {
+                    let s = summed.entry(instance).or_default();
+                    for (a, b) in s.counts.iter_mut().zip(pair[k].counts) {
+                        *a += b;
+                    }
+                    s.sum += pair[k].sum;
+                }
+                for (instance, h) in &summed {
+                    let labels = format!("instance=\"{}\"", label_value(instance));
+                    write_histogram(out, name, bounds, &labels, h, false);
+                }
             }
         }
     }
+}
+
+/// One histogram's series: cumulative buckets (with their exemplars when asked), sum and count.
+fn write_histogram(
+    out: &mut String,
+    name: &str,
+    bounds: &[f64],
+    labels: &str,
+    h: &Histogram,
+    exemplars: bool,
+) {
+    let mut cumulative = 0;
+    for (slot, count) in h.counts.iter().enumerate() {
+        cumulative += count;
+        let le = bounds
+            .get(slot)
+            .map_or("+Inf".to_string(), |b| b.to_string());
+        let _ = write!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        if let (true, Some(e)) = (exemplars, &h.exemplars[slot]) {
+            let _ = write!(
+                out,
+                " # {{request_id=\"{}\"}} {} {:.3}",
+                label_value(&e.request_id),
+                e.value,
+                e.at_s
+            );
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
+    let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
 }
 
 #[cfg(test)]
@@ -202,7 +232,7 @@ mod tests {
         ];
         m.observe("gpu-0", &reqs, 1_700_000_000.5);
         let mut om = String::new();
-        m.render(&mut om, true);
+        m.render(&mut om, true, true);
         let lines: Vec<&str> = om.lines().collect();
         for want in [
             "# TYPE tokenscope_request_ttft_seconds histogram",
@@ -217,12 +247,28 @@ mod tests {
             assert!(lines.contains(&want), "{want} in\n{om}");
         }
         let mut plain = String::new();
-        m.render(&mut plain, false);
+        m.render(&mut plain, false, true);
         assert!(!plain.contains(" # {"), "no exemplars in the 0.0.4 format");
+
+        // For a reader who may not see every tenant: each instance summed, no tenant named.
+        let mut narrowed = String::new();
+        m.render(&mut narrowed, false, false);
+        assert!(
+            !narrowed.contains("tenant=") && !narrowed.contains("acme"),
+            "{narrowed}"
+        );
+        let lines: Vec<&str> = narrowed.lines().collect();
+        for want in [
+            "tokenscope_request_ttft_seconds_bucket{instance=\"gpu-0\",le=\"0.1\"} 2",
+            "tokenscope_request_ttft_seconds_bucket{instance=\"gpu-0\",le=\"5\"} 3",
+            "tokenscope_request_ttft_seconds_count{instance=\"gpu-0\"} 3",
+        ] {
+            assert!(lines.contains(&want), "{want} in\n{narrowed}");
+        }
         let untenanted = LatencyMetrics::new(0);
         untenanted.observe("gpu-0", &reqs, 0.0);
         let mut out = String::new();
-        untenanted.render(&mut out, true);
+        untenanted.render(&mut out, true, false);
         assert!(
             out.contains("tokenscope_request_ttft_seconds_count{instance=\"gpu-0\"} 3"),
             "{out}"

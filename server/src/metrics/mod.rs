@@ -160,8 +160,9 @@ impl Metrics {
     }
 
     /// The text exposition format (version 0.0.4), or OpenMetrics 1.0 (`openmetrics`: the
-    /// latency histograms' exemplars, `# EOF`), with `gauges` appended.
-    pub fn render(&self, gauges: &[Gauge<'_>], openmetrics: bool) -> String {
+    /// latency histograms' exemplars, `# EOF`), with `gauges` appended; the latency histograms
+    /// by tenant only for a reader who may see every tenant (`tenants`).
+    pub fn render(&self, gauges: &[Gauge<'_>], openmetrics: bool, tenants: bool) -> String {
         let mut out = String::new();
         let om = openmetrics;
         let by_source = |out: &mut String, name: &str, help: &str, values: &[AtomicU64]| {
@@ -240,7 +241,7 @@ impl Metrics {
             &self.unauthenticated,
             om,
         );
-        self.latency.render(&mut out, om);
+        self.latency.render(&mut out, om, tenants);
         for g in gauges {
             family(&mut out, g.name, g.help, "gauge", om);
             for (labels, v) in &g.samples {
@@ -297,8 +298,8 @@ mod tests {
             help: "Connections.",
             samples: vec![("{state=\"idle\"}".into(), 3.0)],
         }];
-        let text = m.render(&gauges, false);
-        let om = m.render(&gauges, true);
+        let text = m.render(&gauges, false, true);
+        let om = m.render(&gauges, true, true);
         assert!(om.contains("# TYPE tokenscope_ingest_over_budget counter\n"));
         assert!(om.contains("\ntokenscope_ingest_over_budget_total 1\n"));
         assert!(om.ends_with("# EOF\n") && !text.contains("# EOF"));

@@ -22,7 +22,12 @@ fn a_reader_scoped_to_a_tenant_sees_its_own_and_others_only_as_aliases() {
 async fn scoped_reader() {
     let tokens = temp_file(&format!("acme-reader {ACME} acme\nsre {SRE} *\n"));
     let path = tokens.0.clone();
-    let app = spawn_app_with(move |c| c.access.read_tokens = Some(path)).await;
+    let app = spawn_app_with(move |c| {
+        c.access.read_tokens = Some(path);
+        // Latency histograms by tenant, for a reader who sees all.
+        c.metrics_tenants = 8;
+    })
+    .await;
 
     // What the engine did: a long prompt (globex's) interrupted the victims' decode (acme's).
     let mut s = scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
@@ -285,7 +290,8 @@ async fn scoped_reader() {
         "the diagnosis's alias is the track's"
     );
 
-    // `/metrics` is open, but its exemplars (request ids) only go to a reader who sees all.
+    // `/metrics` is open, but its exemplars (request ids) and tenant labels only go to a reader
+    // who sees all.
     let om = |token: Option<&'static str>| {
         let mut req = app
             .client
@@ -295,19 +301,23 @@ async fn scoped_reader() {
             req = req.bearer_auth(t);
         }
         async move {
-            req.send().await.unwrap().headers()["content-type"]
-                .to_str()
-                .unwrap()
-                .to_string()
+            let r = req.send().await.unwrap();
+            let kind = r.headers()["content-type"].to_str().unwrap().to_string();
+            (kind, r.text().await.unwrap())
         }
     };
-    assert!(
-        om(Some(SRE))
-            .await
-            .starts_with("application/openmetrics-text")
-    );
-    assert!(om(Some(ACME)).await.starts_with("text/plain"));
-    assert!(om(None).await.starts_with("text/plain"));
+    let (kind, body) = om(Some(SRE)).await;
+    assert!(kind.starts_with("application/openmetrics-text"));
+    assert!(body.contains("tenant=\"globex\""), "{body}");
+    for token in [Some(ACME), None] {
+        let (kind, body) = om(token).await;
+        assert!(kind.starts_with("text/plain"));
+        assert!(
+            !body.contains("tenant=") && !body.contains("globex"),
+            "{body}"
+        );
+        assert!(body.contains("tokenscope_request_ttft_seconds_count{instance="));
+    }
 
     // An unscoped reader sees both tenants and the culprit by its id.
     let (status, all) = get(SRE, format!("/api/v1/requests?{window}&limit=1000")).await;
