@@ -149,6 +149,13 @@ pub struct InstanceList {
     pub instances: Vec<InstanceInfo>,
 }
 
+/// Who reads (`GET /api/v1/me`): what the pages offer depends on it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Me {
+    /// The tenants a reader scoped to tenants sees; `None`: every tenant.
+    pub tenants: Option<Vec<String>>,
+}
+
 /// An event of `GET /api/v1/live` (server-sent events). `ready` (on opening, and whenever the
 /// server may have missed news): read everything again; `ingested`: these instances' data grew.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -46,9 +46,11 @@ test("a reader bound to acme sees acme only, and the other tenant's culprits as 
   await page.setViewportSize({ width: 1280, height: 800 });
   await signIn(page, ACME);
 
-  // The explorer: acme's requests only.
+  // The explorer: acme's requests only; the top bar says whose, and offers no upload.
   await page.goto(`${SCOPED}/?instance=sim-azure-conv`);
   await expect(page.getByTestId("tenant-cell").first()).toBeVisible();
+  await expect(page.getByTestId("reader-scope")).toHaveText("tenant: acme");
+  await expect(page.locator('nav a[href="/upload"]')).toHaveCount(0);
   for (const t of await page.getByTestId("tenant-cell").allInnerTexts()) expect(t.startsWith("acme")).toBe(true);
 
   // Its stalled request: the diagnosis names globex's prompts as another tenant's, with shares.
@@ -98,4 +100,6 @@ test("an unscoped reader on the same server sees both tenants and the culprits b
   await expect(finding.locator(".culprit.alias")).toHaveCount(0);
   await page.goto(`${SCOPED}/?instance=sim-azure-conv&tenant=globex`);
   await expect(page.getByTestId("tenant-cell").first()).toContainText("globex");
+  await expect(page.locator('nav a[href="/upload"]')).toBeVisible();
+  await expect(page.getByTestId("reader-scope")).toHaveCount(0);
 });

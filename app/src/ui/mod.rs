@@ -70,7 +70,7 @@ pub fn App() -> impl IntoView {
                     <a href="/compare">"Compare"</a>
                     <a href="/usage">"GPU time"</a>
                     <a href="/incidents">"Incidents"</a>
-                    <a href="/upload">"Upload"</a>
+                    <ReaderLinks/>
                 </nav>
             </header>
             <main>
@@ -86,6 +86,29 @@ pub fn App() -> impl IntoView {
                 </Routes>
             </main>
         </Router>
+    }
+}
+
+/// What depends on who reads: upload for a reader who sees everything; for a reader scoped to
+/// tenants, whose requests it sees (and no upload, which it may not use).
+#[component]
+fn ReaderLinks() -> impl IntoView {
+    let me = Resource::new(
+        || (),
+        |_| fetch::get_json::<crate::api::Me>("/api/v1/me".into()),
+    );
+    view! {
+        <Suspense fallback=|| ()>
+            {move || me.get().map(|r| match r.ok().and_then(|m| m.tenants) {
+                None => view! { <a href="/upload">"Upload"</a> }.into_any(),
+                Some(tenants) => view! {
+                    <span class="reader-scope" data-testid="reader-scope"
+                        title="You see these tenants' requests; others' appear only as aliases where they affected yours">
+                        {format!("tenant: {}", tenants.join(", "))}
+                    </span>
+                }.into_any(),
+            })}
+        </Suspense>
     }
 }
 

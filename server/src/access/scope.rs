@@ -400,6 +400,7 @@ pub fn api_allowed(method: &Method, path: &str) -> bool {
             | "/api/v1/instances"
             | "/api/v1/waterfall"
             | "/api/v1/live"
+            | "/api/v1/me"
             | "/api/v1/compare"
     ) {
         return true;

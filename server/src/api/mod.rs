@@ -28,6 +28,7 @@ mod import;
 pub mod incidents;
 mod latency;
 mod live;
+mod me;
 pub mod metrics;
 mod requests;
 mod usage;
@@ -79,6 +80,7 @@ pub fn router(state: AppState, keys: Option<Arc<IngestKeys>>) -> Router {
         .route("/api/v1/diagnosis", get(diagnosis::diagnose_window))
         .route("/api/v1/waterfall", get(waterfall::waterfall))
         .route("/api/v1/live", get(live::live))
+        .route("/api/v1/me", get(me::me))
         .route("/api/v1/latency", get(latency::latency))
         .route("/api/v1/usage", get(usage::usage))
         .route("/api/v1/compare", get(compare::compare))

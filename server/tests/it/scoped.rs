@@ -82,6 +82,7 @@ async fn scoped_reader() {
         format!("/api/v1/usage?{window}"),
         format!("/api/v1/usage?{window}&by=model&format=csv"),
         "/api/v1/instances".to_string(),
+        "/api/v1/me".to_string(),
         format!("/api/v1/requests/{victim}?{q}"),
         format!("/api/v1/requests/{victim}/diagnosis?{q}"),
         format!("/api/v1/requests/{victim}/victims?{q}"),
@@ -100,6 +101,12 @@ async fn scoped_reader() {
         assert_eq!(status, 200, "{path}: {body}");
         leaks(path, &body);
     }
+    // Who reads: the reader's own tenants; an unscoped reader, every tenant.
+    assert_eq!(
+        get(ACME, "/api/v1/me".into()).await.1,
+        r#"{"tenants":["acme"]}"#
+    );
+    assert_eq!(get(SRE, "/api/v1/me".into()).await.1, r#"{"tenants":null}"#);
     // The live stream (it never ends, so its first event): instances and times only.
     let mut live = app
         .client
