@@ -64,6 +64,7 @@ pub fn Explorer() -> impl IntoView {
     let navigate = use_navigate();
     let go = Callback::new(move |q: ExplorerQuery| navigate(&q.href(), Default::default()));
     let link = follow_new_data(query, data);
+    let pending = RwSignal::new(false);
     let narrow = Callback::new(move |(from, to)| {
         go.run(query.get_untracked().with(|q| {
             q.range.clear();
@@ -78,8 +79,10 @@ pub fn Explorer() -> impl IntoView {
                 Err(e) => view! { <p class="panel error">"Could not load the instances: " {e} ". Is the server up? Try reloading."</p> }.into_any(),
             })}
         </Suspense>
-        // A transition: while a live view reads again, the last picture stays.
-        <Transition fallback=|| view! { <ExplorerSkeleton/> }>
+        // A transition: while the view reads again (new data, or a new filter), the last
+        // picture stays, dimmed and marked busy until the new one arrives.
+        <div class="explorer-data" class:stale=move || pending.get() aria-busy=move || pending.get().to_string()>
+        <Transition fallback=|| view! { <ExplorerSkeleton/> } set_pending=pending.write_only()>
             {move || data.get().map(|r| match r {
                 Err(e) => view! { <p class="panel error" data-testid="explorer-error">"Could not load requests: " {e}</p> }.into_any(),
                 Ok(d) => view! {
@@ -104,6 +107,7 @@ pub fn Explorer() -> impl IntoView {
                 }.into_any(),
             })}
         </Transition>
+        </div>
     }
 }
 
