@@ -29,6 +29,24 @@ impl Link {
     }
 }
 
+/// The badge of a page that follows new data: "● live", with what following means there as its
+/// `title`, or "● reconnecting…" while the stream is cut off.
+#[component]
+pub fn Badge(link: RwSignal<Link>, title: &'static str) -> impl IntoView {
+    move || {
+        let l = link.get();
+        let (class, text, title) = match l {
+            Link::Lost => (
+                "live lost",
+                "● reconnecting…",
+                "The live stream was cut off; the browser is reconnecting.",
+            ),
+            _ => ("live on", "● live", title),
+        };
+        view! { <span class=class data-testid="live" data-link=l.name() title=title>{text}</span> }
+    }
+}
+
 /// What a page has heard: how far its instances' data reaches, and whether it has been told
 /// `ready` (the first `ready` only opens the stream: the page has just read its view).
 #[derive(Debug, Default)]
@@ -81,7 +99,9 @@ pub fn follow(instances: &str, link: RwSignal<Link>, news: impl Fn(Option<Nanos>
             });
             return;
         }
-        link.set(Link::Open);
+        if link.get_untracked() != Link::Open {
+            link.set(Link::Open);
+        }
         let again = heard.borrow_mut().event(&shows, event, data);
         if again {
             let newest = heard.borrow().newest;

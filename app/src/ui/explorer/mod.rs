@@ -10,7 +10,7 @@ use leptos_router::hooks::{use_navigate, use_query_map};
 
 use super::chart::{LatencyChart, Metric};
 use super::fetch::get_json;
-use super::live::Link;
+use super::live::{Badge, Link};
 use super::time::now_ns;
 use crate::api::{InstanceList, LatencySeries, RequestList};
 use crate::query::{build, opt};
@@ -159,11 +159,7 @@ fn LiveBadge(
     move || {
         let q = query.get();
         if q.follows_now() {
-            let (class, text) = match link.get() {
-                Link::Lost => ("live lost", "● reconnecting…"),
-                _ => ("live on", "● live"),
-            };
-            view! { <span class=class data-testid="live" data-link=link.get().name() title="New requests appear as they are stored">{text}</span> }.into_any()
+            view! { <Badge link=link title="New requests appear as they are stored"/> }.into_any()
         } else if q.find.is_empty() && q.from.is_some() {
             let back = q.with(|q| {
                 q.from = None;

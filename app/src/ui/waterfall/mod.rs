@@ -23,7 +23,7 @@ use leptos_router::hooks::use_query_map;
 
 use super::fetch::get_json;
 use super::format::{duration_ms, thousands};
-use super::live::Link;
+use super::live::{Badge, Link};
 use super::time::{Zone, date_time, span};
 use crate::analysis::diagnosis::Diagnosis;
 use crate::analysis::waterfall::Waterfall;
@@ -340,19 +340,7 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
 fn LiveControl(wf: Wf) -> impl IntoView {
     move || {
         if wf.live.get() {
-            let (class, text, title) = match wf.link.get() {
-                Link::Lost => (
-                    "live lost",
-                    "● reconnecting…",
-                    "The live stream was cut off; the browser is reconnecting.",
-                ),
-                _ => (
-                    "live on",
-                    "● live",
-                    "Following new data. Pan or zoom to hold the view still.",
-                ),
-            };
-            view! { <span class=class data-testid="live" data-link=wf.link.get().name() title=title>{text}</span> }.into_any()
+            view! { <Badge link=wf.link title="Following new data. Pan or zoom to hold the view still."/> }.into_any()
         } else {
             let missed = wf.missed.get();
             let text = if missed > 0 {
