@@ -166,6 +166,7 @@ pub async fn start(config: Config) -> Result<Running> {
         .scoped(read_tokens, config.access.trusted_tenants_header.as_deref())?,
     );
     let store = Store::connect(&config.database_url).await?;
+    crate::access::scope::use_salt(store.alias_salt().await?);
     let mut sink = Sink::of(store.clone(), config.redact_text);
     sink.metrics = Arc::new(crate::metrics::Metrics::with_tenant_labels(
         config.metrics_tenants,

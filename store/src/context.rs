@@ -87,3 +87,27 @@ impl Store {
         Ok(rows.into_iter().map(|r| (r.request_id, r.tenant)).collect())
     }
 }
+
+impl Store {
+    /// The tenants of the requests with these ids (on `instances`, or any): whose requests a
+    /// listing that names them (a window's culprits) mentions. An id stored on several
+    /// instances appears once per row.
+    pub async fn tenants_of(
+        &self,
+        instances: Option<&[i32]>,
+        ids: &[String],
+    ) -> Result<Vec<(String, Option<String>)>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query!(
+            "SELECT request_id, tenant FROM requests
+             WHERE request_id = ANY($1) AND ($2::int4[] IS NULL OR instance_id = ANY($2))",
+            ids,
+            instances as Option<&[i32]>
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.request_id, r.tenant)).collect())
+    }
+}

@@ -14,6 +14,7 @@ mod latency;
 mod live;
 mod partitions;
 mod read;
+mod secrets;
 pub mod step_block;
 mod steps;
 pub mod token_block;

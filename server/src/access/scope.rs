@@ -135,7 +135,8 @@ impl Scope {
     }
 
     /// The viewer's name for another tenant's request: the same request gets the same alias for
-    /// this viewer (and this server run), another viewer gets another.
+    /// this viewer (on every server of the database, across restarts), another viewer gets
+    /// another.
     pub fn alias(&self, request_id: &str) -> String {
         let viewer = match self {
             Scope::All => "",
@@ -187,6 +188,59 @@ impl Scope {
             }
         }
         Ok(Ids { mine, theirs })
+    }
+}
+
+impl Scope {
+    /// What rewrites a listing of diagnoses (already narrowed to the reader's tenants): every
+    /// request its findings name (culprits, and ids in their evidence) that the reader may not
+    /// see, or that is not found on `instances`, becomes its alias.
+    pub async fn diagnoses(
+        &self,
+        store: &Store,
+        instances: Option<&[i32]>,
+        list: &[tokenscope_core::analysis::diagnosis::Diagnosis],
+    ) -> Result<Redactor> {
+        let Scope::Tenants { .. } = self else {
+            return Ok(Redactor::default());
+        };
+        let mut named: Vec<String> = Vec::new();
+        for f in list.iter().flat_map(|d| &d.findings) {
+            named.extend(f.culprits.iter().cloned());
+            ids_in(&f.evidence, &mut named);
+        }
+        named.sort();
+        named.dedup();
+        let mut tenants: HashMap<String, Vec<Option<String>>> = HashMap::new();
+        for (id, tenant) in store.tenants_of(instances, &named).await? {
+            tenants.entry(id).or_default().push(tenant);
+        }
+        // An id the reader may not see on every row it has (or not found at all) is another's.
+        let (mut mine, mut theirs): (Vec<String>, Vec<String>) =
+            named.into_iter().partition(|id| {
+                tenants
+                    .get(id)
+                    .is_some_and(|ts| ts.iter().all(|t| self.sees(t.as_deref())))
+            });
+        mine.extend(list.iter().map(|d| d.request_id.clone()));
+        theirs.retain(|id| !mine.contains(id));
+        Ok(Ids { mine, theirs }.redactor(self))
+    }
+}
+
+/// The values of every `request_id` key in a finding's evidence.
+fn ids_in(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("request_id", serde_json::Value::String(id)) => out.push(id.clone()),
+                    _ => ids_in(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| ids_in(v, out)),
+        _ => {}
     }
 }
 
@@ -264,9 +318,17 @@ impl Scope {
     }
 }
 
-/// A random salt per server run: aliases cannot be computed from ids by anyone else.
+static SALT: OnceLock<String> = OnceLock::new();
+
+/// Sets the salt aliases are digested with: the database's (`Store::alias_salt`), so that every
+/// server on one database, and the next run, give a viewer the same aliases. The first call wins.
+pub fn use_salt(salt: String) {
+    let _ = SALT.set(salt);
+}
+
+/// The salt: aliases cannot be computed from ids by anyone without it. A random one when the
+/// server did not set the database's (unit tests).
 fn salt() -> &'static str {
-    static SALT: OnceLock<String> = OnceLock::new();
     SALT.get_or_init(|| {
         let mut b = [0u8; 16];
         getrandom::fill(&mut b).expect("the OS has randomness");
@@ -395,6 +457,7 @@ pub fn api_allowed(method: &Method, path: &str) -> bool {
     if matches!(
         path,
         "/api/v1/requests"
+            | "/api/v1/diagnosis"
             | "/api/v1/latency"
             | "/api/v1/usage"
             | "/api/v1/instances"
@@ -502,8 +565,9 @@ mod tests {
         assert!(api_allowed(&get, "/api/v1/requests/abc/diagnosis"));
         assert!(api_allowed(&get, "/api/v1/requests/abc/tokens.csv"));
         assert!(api_allowed(&get, "/api/v1/waterfall"));
+        assert!(api_allowed(&get, "/api/v1/diagnosis"));
         for path in [
-            "/api/v1/diagnosis",
+            "/api/v1/alerts/alertmanager",
             "/api/v1/requests/abc/other",
             "/api/v1/requests//diagnosis",
         ] {

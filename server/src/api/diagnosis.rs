@@ -2,7 +2,6 @@
 //! prefill held up) and `GET /api/v1/diagnosis` (a window's degraded requests, worst first).
 
 use axum::{
-    Json,
     extract::{Path, Query, State},
     response::Response,
 };
@@ -48,10 +47,13 @@ pub(super) struct DiagnosisList {
     diagnoses: Vec<Diagnosis>,
 }
 
+/// `GET /api/v1/diagnosis`: a scoped reader gets its tenants' requests, the others they name
+/// under their aliases.
 pub(super) async fn diagnose_window(
     State(store): State<Store>,
+    scope: Scope,
     Query(p): Query<ThresholdParams>,
-) -> Result<Json<DiagnosisList>> {
+) -> Result<Response> {
     let th = p.thresholds()?;
     let limit = parse_int("limit", p.limit.as_deref())?.unwrap_or(500);
     if !(1..=5000).contains(&limit) {
@@ -65,11 +67,15 @@ pub(super) async fn diagnose_window(
         instances: list(p.instance.clone()),
         from_ns: parse_int("from", p.from.as_deref())?,
         to_ns: parse_int("to", p.to.as_deref())?,
-        tenants,
+        tenants: scope.narrow(tenants),
         lora_adapter,
         priority,
         ..RequestFilter::default()
     };
     let diagnoses = crate::query::diagnosis::window(&store, &filter, &th, limit).await?;
-    Ok(Json(DiagnosisList { diagnoses }))
+    let instances = crate::query::diagnosis::instance_ids(&store, &filter).await?;
+    let redact = scope
+        .diagnoses(&store, instances.as_deref(), &diagnoses)
+        .await?;
+    redact.json(&DiagnosisList { diagnoses })
 }

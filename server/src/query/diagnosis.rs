@@ -175,7 +175,7 @@ fn in_slice(f: &RequestFilter, t: &RequestTrace) -> bool {
 }
 
 /// The ids of `f`'s instances (`None`: any).
-pub(super) async fn instance_ids(store: &Store, f: &RequestFilter) -> Result<Option<Vec<i32>>> {
+pub(crate) async fn instance_ids(store: &Store, f: &RequestFilter) -> Result<Option<Vec<i32>>> {
     Ok(match f.instance_list() {
         Some(keys) => Some(store.instance_ids(keys).await?),
         None => None,

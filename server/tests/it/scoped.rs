@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use crate::common;
 
+use common::process::ServerProcess;
 use common::*;
 use tokenscope_sim::scenarios;
 
@@ -36,6 +37,9 @@ async fn scoped_reader() {
         for r in &mut run.output.requests {
             let acme = victims.contains(&r.request_id);
             r.served.tenant = Some(if acme { "acme" } else { "globex" }.into());
+            if !acme {
+                plant_words(r);
+            }
         }
     }
     app.send_sim(&s.runs).await;
@@ -78,6 +82,8 @@ async fn scoped_reader() {
         format!("/api/v1/requests?{window}&limit=1000"),
         format!("/api/v1/requests?{window}&tenant=globex"),
         format!("/api/v1/requests?find={}", s.truth.culprits[0]),
+        format!("/api/v1/diagnosis?{window}"),
+        format!("/api/v1/diagnosis?{window}&ttft_ms=1&tpot_ms=1"),
         format!("/api/v1/latency?{window}"),
         format!("/api/v1/usage?{window}"),
         format!("/api/v1/usage?{window}&by=model&format=csv"),
@@ -89,12 +95,16 @@ async fn scoped_reader() {
         format!("/api/v1/requests/{victim}/tokens.csv?{q}"),
         format!("/api/v1/requests/{victim}/trace.json?{q}"),
     ];
-    // Not one byte names the other tenant's requests, or the tenant.
+    // Not one byte names the other tenant's requests, or the tenant, or holds its words.
     let leaks = |path: &str, body: &str| {
         for id in &theirs {
             assert!(!mentions(body, id), "{path} shows {id} to the acme reader");
         }
         assert!(!body.contains("globex"), "{path} names the other tenant");
+        assert!(
+            !body.contains(SECRET),
+            "{path} holds the other tenant's words"
+        );
     };
     for path in &open {
         let (status, body) = get(ACME, path.clone()).await;
@@ -127,7 +137,7 @@ async fn scoped_reader() {
     drop(live);
     // Refused: what does not narrow to the reader, and the other tenant's requests.
     let refused = [
-        (403, format!("/api/v1/diagnosis?{window}")),
+        (403, "/api/v1/alerts/alertmanager".to_string()),
         (404, format!("/api/v1/requests/{}?{q}", s.truth.culprits[0])),
         (
             404,
@@ -252,6 +262,33 @@ async fn scoped_reader() {
     // The same alias in every reply for this reader.
     let (_, page) = get(ACME, format!("/api/v1/requests/{victim}?{q}")).await;
     assert!(!mentions(&page, &s.truth.culprits[0]));
+    // The window's listing: its own degraded requests, the same culprit under the same alias.
+    let (_, listing) = get(ACME, format!("/api/v1/diagnosis?{window}")).await;
+    let listing: serde_json::Value = serde_json::from_str(&listing).unwrap();
+    let listed: BTreeSet<String> = listing["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["request_id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        listed.contains(&victim) && listed.is_subset(&victims),
+        "{listed:?}"
+    );
+    assert!(listing.to_string().contains(culprit), "{listing}");
+    // An unscoped reader's listing names the culprit by its id (and has the words there were).
+    let (_, sre_listing) = get(SRE, format!("/api/v1/diagnosis?{window}")).await;
+    assert!(
+        mentions(&sre_listing, &s.truth.culprits[0]),
+        "{sre_listing}"
+    );
+    let culprit_csv = get(
+        SRE,
+        format!("/api/v1/requests/{}/tokens.csv?{q}", s.truth.culprits[0]),
+    )
+    .await
+    .1;
+    assert!(culprit_csv.contains(SECRET), "the planted words are stored");
 
     // Compare counts its own requests only.
     let (_, c) = get(ACME, format!("/api/v1/compare?a_{q}&b_{q}&span_s=7200")).await;
@@ -335,6 +372,22 @@ async fn scoped_reader() {
     assert_eq!(get(SRE, format!("/compare?a_{q}")).await.0, 200);
 }
 
+/// What only the other tenant's answers say.
+const SECRET: &str = "Zanzibar-globex-only";
+
+/// Gives a request's answer words no other tenant's answer has (the simulator draws every
+/// tenant's words from one vocabulary, so a search for its own would find the reader's too).
+fn plant_words(r: &mut tokenscope_core::model::RequestTrace) {
+    for (i, t) in r.tokens.iter_mut().enumerate() {
+        t.text = Some(format!(" {SECRET}{i}"));
+        t.token_id = None;
+        for c in &mut t.candidates {
+            c.text = Some(format!(" {SECRET}c{i}"));
+            c.token_id = None;
+        }
+    }
+}
+
 /// Whether `body` holds `id` as a whole word (an instance `sim-pid-control` does not mention
 /// the request `pid-control`).
 fn mentions(body: &str, id: &str) -> bool {
@@ -377,4 +430,67 @@ async fn a_proxy_names_the_users_tenants_and_a_user_without_them_sees_none() {
     assert_eq!(count(Some("*")).await, all as u64);
     assert_eq!(count(Some("acme,globex")).await, all as u64);
     assert_eq!(count(None).await, 0, "no tenants named: none seen");
+}
+
+/// Replicas behind one load balancer, and the next run, show a viewer the same alias for the same
+/// request: the salt is the database's, not the process's.
+#[tokio::test]
+async fn aliases_agree_across_servers_and_restarts() {
+    let db = fresh_database().await;
+    let tokens = temp_file(&format!("acme-reader {ACME} acme\n"));
+    let args = ["--read-tokens", tokens.0.to_str().unwrap()];
+    let mut one = ServerProcess::start(&db, &args).await;
+    let two = ServerProcess::start(&db, &args).await;
+    let mut s = scenarios::build("prefill-interrupts-decode", T0, 1).unwrap();
+    for run in &mut s.runs {
+        for r in &mut run.output.requests {
+            let acme = s.truth.victims.contains(&r.request_id);
+            r.served.tenant = Some(if acme { "acme" } else { "globex" }.into());
+        }
+    }
+    tokenscope_sim::deliver::send(
+        &one.grpc_url(),
+        tokenscope_sim::deliver::batches(&s.runs),
+        f64::INFINITY,
+        false,
+    )
+    .await
+    .unwrap();
+    let path = format!(
+        "/api/v1/requests/{}/diagnosis?instance={}",
+        s.truth.victims[0], s.truth.instance
+    );
+    let culprits = |port: u16| {
+        let url = format!("http://127.0.0.1:{port}{path}");
+        async move {
+            let d: serde_json::Value = reqwest::Client::new()
+                .get(url)
+                .bearer_auth(ACME)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let named: Vec<String> = d["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|f| f["culprits"].as_array().unwrap().clone())
+                .map(|c| c.as_str().unwrap().to_string())
+                .collect();
+            assert!(
+                named
+                    .iter()
+                    .any(|c| c.starts_with("another tenant's request ")),
+                "{d}"
+            );
+            named
+        }
+    };
+    let first = culprits(one.http_port).await;
+    assert_eq!(culprits(two.http_port).await, first, "another replica");
+    one.kill9();
+    one.restart().await;
+    assert_eq!(culprits(one.http_port).await, first, "after a restart");
 }
