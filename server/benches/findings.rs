@@ -2,7 +2,8 @@
 //! default, `TOKENSCOPE_FINDINGS_REQUESTS` to change), stored, then diagnosed by the findings
 //! worker's code as it runs in the server (how many requests a second it keeps up with), then the
 //! reads that use the stored findings, timed over HTTP: the hour's window diagnosis, compare of
-//! its two halves, the explorer filtered by a cause, and a culprit's victims.
+//! its two halves, the explorer filtered by a cause, the slow set of the hour, and a culprit's
+//! victims.
 //!
 //! `scripts/bench findings`, or `cargo bench -p tokenscope --bench findings` with
 //! TOKENSCOPE_TEST_DATABASE_URL set.
@@ -168,6 +169,14 @@ async fn main() {
         (
             "GPU time of the hour by model, CSV",
             format!("{base}/api/v1/usage?from={start}&to={end}&by=model&format=csv"),
+        ),
+        (
+            "slow set of the hour (SLO breaches against the rest)",
+            format!("{base}/api/v1/slow-set?from={start}&to={end}"),
+        ),
+        (
+            "slow set of the hour, brushed TTFT range",
+            format!("{base}/api/v1/slow-set?from={start}&to={end}&slow=ttft&min_ms=500"),
         ),
         (
             "a culprit's victims",

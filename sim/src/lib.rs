@@ -14,6 +14,7 @@ pub mod deliver;
 pub mod encoded;
 pub mod engine;
 mod error;
+pub mod fleet;
 pub mod ledger;
 pub mod load;
 mod rng;

@@ -15,6 +15,7 @@ mod live;
 mod partitions;
 mod read;
 mod secrets;
+mod slow_set;
 pub mod step_block;
 mod steps;
 pub mod token_block;
@@ -40,6 +41,7 @@ pub use partitions::DAY_NS;
 pub use read::{
     InstanceRow, Loaded, ORDER_KEYS, Order, RequestFilter, RequestRow, count, split_list,
 };
+pub use slow_set::{Buckets, Slow, TallyRow};
 pub use steps::StoredStep;
 pub use usage::{UsageBy, UsageRequest, UsageRow, UsageSum};
 pub use waterfall::{BucketSum, Extent, InstanceSet, RowKey};

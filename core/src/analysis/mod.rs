@@ -4,6 +4,7 @@ pub mod compare;
 pub mod diagnosis;
 pub mod metrics;
 pub mod pd;
+pub mod slow_set;
 pub mod stages;
 pub mod token_view;
 pub mod usage;

@@ -458,6 +458,7 @@ pub fn api_allowed(method: &Method, path: &str) -> bool {
         path,
         "/api/v1/requests"
             | "/api/v1/diagnosis"
+            | "/api/v1/slow-set"
             | "/api/v1/latency"
             | "/api/v1/usage"
             | "/api/v1/instances"

@@ -31,6 +31,7 @@ mod live;
 mod me;
 pub mod metrics;
 mod requests;
+mod slow_set;
 mod usage;
 mod waterfall;
 
@@ -83,6 +84,7 @@ pub fn router(state: AppState, keys: Option<Arc<IngestKeys>>) -> Router {
         .route("/api/v1/me", get(me::me))
         .route("/api/v1/latency", get(latency::latency))
         .route("/api/v1/usage", get(usage::usage))
+        .route("/api/v1/slow-set", get(slow_set::slow_set))
         .route("/api/v1/compare", get(compare::compare))
         .route("/api/v1/instances", get(list_instances))
         .route("/healthz", get(|| async { "ok" }))

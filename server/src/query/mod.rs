@@ -8,5 +8,6 @@ pub mod findings;
 pub mod incidents;
 pub mod latency;
 pub mod requests;
+pub mod slow_set;
 pub mod usage;
 pub mod waterfall;

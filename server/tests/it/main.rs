@@ -33,6 +33,7 @@ mod security_headers;
 mod shutdown;
 mod sim_scenarios;
 mod slices;
+mod slow_set;
 mod speculation;
 mod texts_by_id;
 mod usage;

@@ -1,6 +1,8 @@
 //! The explorer (`/`): filters and range, TTFT/TPOT percentiles over time (drag to narrow), and
-//! the request table, slowest first, each row linking to its waterfall moment.
+//! what the window's slow requests have in common (when asked), and the request table, slowest
+//! first, each row linking to its waterfall moment.
 
+mod common;
 mod filters;
 pub mod state;
 mod table;
@@ -12,7 +14,7 @@ use super::chart::{LatencyChart, Metric};
 use super::fetch::get_json;
 use super::live::{Badge, Link};
 use super::time::now_ns;
-use crate::api::{InstanceList, LatencySeries, RequestList};
+use crate::api::{InstanceList, LatencySeries, RequestList, SlowSet};
 use crate::query::{build, opt};
 use state::{ExplorerQuery, PAGE_ROWS};
 
@@ -21,6 +23,8 @@ use state::{ExplorerQuery, PAGE_ROWS};
 pub struct ExplorerData {
     pub series: LatencySeries,
     pub list: RequestList,
+    /// What the slow requests have in common, when the panel is open.
+    pub slow_set: Option<SlowSet>,
 }
 
 async fn load(q: ExplorerQuery) -> Result<ExplorerData, String> {
@@ -49,7 +53,21 @@ async fn load(q: ExplorerQuery) -> Result<ExplorerData, String> {
         ("offset", (q.page * PAGE_ROWS).to_string()),
     ]);
     let list = get_json(format!("/api/v1/requests{}", build(&params))).await?;
-    Ok(ExplorerData { series, list })
+    let slow_set = if q.common {
+        let mut params = q.filters();
+        params.extend([
+            ("from", series.from_ns.to_string()),
+            ("to", series.to_ns.to_string()),
+        ]);
+        Some(get_json(format!("/api/v1/slow-set{}", build(&params))).await?)
+    } else {
+        None
+    };
+    Ok(ExplorerData {
+        series,
+        list,
+        slow_set,
+    })
 }
 
 #[component]
@@ -102,7 +120,9 @@ pub fn Explorer() -> impl IntoView {
                             <figure><figcaption>"Time per output token"</figcaption>
                                 <LatencyChart series=d.series.clone() metric=Metric::Tpot brush=narrow/></figure>
                         </div>
+                        {(!query.get_untracked().common).then(|| view! { <common::OpenSlowSet query=query.get_untracked()/> })}
                     </section>
+                    {d.slow_set.clone().map(|set| view! { <common::SlowSetPanel set=set query=query.get_untracked()/> })}
                     <table::Requests data=d query=query.get_untracked()/>
                 }.into_any(),
             })}

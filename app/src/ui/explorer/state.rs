@@ -39,6 +39,8 @@ pub struct ExplorerQuery {
     pub order: String,
     pub page: u32,
     pub find: String,
+    /// Whether the panel "what the slow requests have in common" is open.
+    pub common: bool,
 }
 
 impl ExplorerQuery {
@@ -66,6 +68,7 @@ impl ExplorerQuery {
             order: get("order").unwrap_or_else(|| DEFAULT_ORDER.into()),
             page: n("page").unwrap_or(0) as u32,
             find: s("find"),
+            common: get("common").is_some_and(|v| v == "1"),
         }
     }
 
@@ -94,6 +97,7 @@ impl ExplorerQuery {
                 ("order", order),
                 ("page", opt((self.page > 0).then_some(self.page))),
                 ("find", self.find.clone()),
+                ("common", if self.common { "1" } else { "" }.into()),
             ])
         )
     }
@@ -177,12 +181,13 @@ mod tests {
             tenant: "acme </title><script>x</script>".into(),
             order: "e2e_asc".into(),
             page: 2,
+            common: true,
             ..ExplorerQuery::default()
         };
         let href = q.href();
         assert_eq!(
             href,
-            "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&cause=queue_backlog&tenant=acme%20%3C%2Ftitle%3E%3Cscript%3Ex%3C%2Fscript%3E&order=e2e_asc&page=2"
+            "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&cause=queue_backlog&tenant=acme%20%3C%2Ftitle%3E%3Cscript%3Ex%3C%2Fscript%3E&order=e2e_asc&page=2&common=1"
         );
         let pairs = crate::query::parse(href.trim_start_matches('/'));
         let lookup = |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone());

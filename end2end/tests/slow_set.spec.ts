@@ -1,0 +1,52 @@
+// What the slow requests have in common (explorer): on the demo's fleet, where a release
+// candidate slowed two of four instances, the panel opened from the explorer names that engine
+// version first, with the counts the API gives, and one click filters the explorer to it; the
+// URL holds the open panel, and a pasted link renders it on the server.
+import { test, expect, Page } from "@playwright/test";
+
+async function hydrated(page: Page) {
+  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
+}
+
+const FLEET = "fleet-0,fleet-1,fleet-2,fleet-3";
+
+test("the slow requests of the fleet have the release candidate in common", async ({ page, request }) => {
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto(`/?instance=${encodeURIComponent(FLEET)}`);
+  await hydrated(page);
+  await page.getByTestId("slow-set-open").click();
+  await expect(page).toHaveURL(/common=1/);
+  const panel = page.getByTestId("slow-set");
+  await expect(panel).toBeVisible();
+  const first = panel.getByTestId("common-row").first();
+  await expect(first).toHaveAttribute("data-attribute", "engine_version");
+  await expect(first.getByTestId("common-value")).toHaveText("0.12.0-rc1");
+  await expect(page.getByTestId("slow-set-lead")).toContainText("engine version 0.12.0-rc1 is on 100 % of the slow requests and 0 % of the others");
+
+  // The same figures as the API over the window the page shows.
+  const series = await (await request.get(`/api/v1/latency?instance=${FLEET}&width_px=280`)).json();
+  const api = await (await request.get(`/api/v1/slow-set?instance=${FLEET}&from=${series.from_ns}&to=${series.to_ns}`)).json();
+  expect(api.separators[0].value).toBe("0.12.0-rc1");
+  await expect(page.getByTestId("slow-set-head")).toContainText(`${api.slow} slow (${api.definition}) against`);
+  await expect(first).toContainText(`${api.separators[0].slow} of ${api.slow}`);
+  await page.screenshot({ path: "test-results/slow-set.png" });
+
+  // A pasted link renders the panel on the server, before any script runs.
+  const html = await (await request.get(page.url())).text();
+  expect(html).toContain('data-testid="slow-set"');
+  expect(html).toContain("0.12.0-rc1");
+
+  // One click: the explorer shows the release candidate's requests only, panel still open.
+  await first.getByTestId("common-value").locator("a").click();
+  await expect(page).toHaveURL(/version=0\.12\.0-rc1/);
+  await expect(page).toHaveURL(/common=1/);
+  await expect(page.getByTestId("slow-set")).toBeVisible();
+  await expect(page.locator('[data-testid="common-row"][data-attribute="engine_version"]')).toHaveCount(0);
+  // "hide" closes it.
+  await page.getByTestId("slow-set").getByRole("link", { name: "hide" }).click();
+  await expect(page.getByTestId("slow-set")).toHaveCount(0);
+  await expect(page).not.toHaveURL(/common=1/);
+  expect(errors).toEqual([]);
+});

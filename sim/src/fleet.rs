@@ -1,0 +1,42 @@
+//! A fleet whose slow requests share a cause that is not an incident on one instance: four
+//! instances share the traffic and two of them run a release candidate whose steps pay 52 ms of
+//! overhead instead of 2.5 ms (a scheduler regression: each step waits on the CPU), so their
+//! decode runs past a 50 ms TPOT SLO while the others' stays near 8 ms.
+//! The truth is the engine's own output: which requests were slow, and on which version.
+
+use tokenscope_core::model::Nanos;
+
+use crate::{cost, load, scenarios::InstanceRun};
+
+/// The release candidate's version, as its instances report it.
+pub const SLOW_VERSION: &str = "0.12.0-rc1";
+
+/// Instances `fleet-0` … `fleet-3` at `rate` requests/s each for `seconds` from `start`; the last
+/// two on [`SLOW_VERSION`].
+pub fn regression(start: Nanos, rate: f64, seconds: f64) -> Vec<InstanceRun> {
+    let base = cost::profile("llama-8b-h100").expect("profile exists");
+    let slower: &'static cost::Profile = Box::leak(Box::new(cost::Profile {
+        overhead_ns: 52.0e6,
+        ..base.clone()
+    }));
+    (0..4u64)
+        .map(|k| {
+            let name = format!("fleet-{k}");
+            let mut rng = crate::Rng::new(40 + k);
+            let reqs = load::poisson(
+                &format!("{name}-req"),
+                start,
+                rate,
+                seconds,
+                false,
+                &mut rng,
+            );
+            let on_rc = k >= 2;
+            let mut run = crate::traffic(&name, if on_rc { slower } else { base }, reqs, 90 + k);
+            if on_rc {
+                run.resource.engine_version = SLOW_VERSION.into();
+            }
+            run
+        })
+        .collect()
+}
