@@ -88,3 +88,33 @@ test("the waterfall's hover says who asked and what the cache served", async ({ 
   await expect(tip).toContainText("tenant acme · LoRA sql-adapter · priority 2 · 64 of 120 prompt tokens from the cache");
   await page.screenshot({ path: "test-results/waterfall-hover-who.png" });
 });
+
+// The demo's speculation scenarios: one request whose drafts the target model nearly always
+// rejected while its neighbours' were mostly kept, and one that fell into a loop the draft model
+// guessed; the findings say so, and the loop is marked in the answer.
+test("a request whose drafts were rejected, and one whose answer loops, are named", async ({ page }) => {
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto("/requests/spec-victim?instance=sim-spec");
+  await hydrated(page);
+  const low = page.getByTestId("findings").locator('[data-cause="speculation_low_acceptance"]');
+  await expect(low).toContainText(/Speculation cost more than it saved: \d+ of \d+ draft tokens accepted \(\d %\)/);
+  await expect(low).toContainText(/other requests had \d+ % of theirs accepted/);
+  await page.screenshot({ path: "test-results/speculation-low.png" });
+
+  await page.goto("/requests/loop-victim?instance=sim-loop");
+  await hydrated(page);
+  const loop = page.getByTestId("findings").locator('[data-cause="speculation_high_acceptance"]');
+  await expect(loop).toContainText("The answer repeats itself: a 7-token span");
+  await expect(loop).toContainText("72 times from position 90 to 600");
+  // The loop's 510 tokens are marked in the answer, the 90 before it are not.
+  const flow = page.getByTestId("word-flow");
+  await expect(flow.locator(".tk.loop")).toHaveCount(510);
+  await expect(flow.locator('.tk[data-i="89"]')).not.toHaveClass(/loop/);
+  await expect(flow.locator('.tk[data-i="90"]')).toHaveClass(/loop/);
+  await flow.locator('.tk[data-i="90"]').scrollIntoViewIfNeeded();
+  await page.screenshot({ path: "test-results/speculation-loop.png" });
+  // The control, the same request answering normally, is healthy.
+  await page.goto("/requests/loop-control?instance=sim-loop-control");
+  await expect(page.getByTestId("findings").locator('[data-cause="speculation_high_acceptance"]')).toHaveCount(0);
+  await expect(page.getByTestId("word-flow").locator(".tk.loop")).toHaveCount(0);
+});

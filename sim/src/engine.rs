@@ -69,6 +69,10 @@ pub struct SimRequest {
     pub cached_tokens: u32,
     /// The prompt's KV arrives from elsewhere (PD decode instance): no prefill here.
     pub kv_received: bool,
+    /// Speculative decoding: the chance each of its drafts is accepted, when it differs from
+    /// the engine's usual (`EngineConfig::draft_acceptance`): text the draft model cannot
+    /// guess, or an answer that repeats itself.
+    pub draft_acceptance: Option<f64>,
 }
 
 impl SimRequest {
@@ -87,6 +91,7 @@ impl SimRequest {
             output_tokens,
             cached_tokens: 0,
             kv_received: false,
+            draft_acceptance: None,
         }
     }
 }
@@ -521,8 +526,12 @@ impl<'a> Engine<'a> {
         }
         for &i in &work.decode {
             // With speculation a step keeps the accepted drafts too: several tokens at once.
+            let acceptance = self.states[i]
+                .req
+                .draft_acceptance
+                .unwrap_or(cfg.draft_acceptance);
             let accepted = (0..cfg.draft_tokens)
-                .take_while(|_| (rng.below(1_000_000) as f64) < cfg.draft_acceptance * 1e6)
+                .take_while(|_| (rng.below(1_000_000) as f64) < acceptance * 1e6)
                 .count() as u32;
             let s = &mut self.states[i];
             let n = (1 + accepted).min(s.req.output_tokens.saturating_sub(s.generated).max(1));

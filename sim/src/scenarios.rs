@@ -14,13 +14,15 @@ use crate::engine::{self, EngineConfig, Output, SimRequest};
 
 const MS: Nanos = 1_000_000;
 
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 8] = [
     "prefill-interrupts-decode",
     "prefill-freezes-decode",
     "long-prompt-monopolizes",
     "low-probability-eos",
     "kv-preemption",
     "pd-kv-transfer-stall",
+    "speculation-collapses",
+    "repetition-loop",
 ];
 
 /// Scenarios that are not incidents, built by name only (not part of `all` or the demo):
@@ -117,7 +119,7 @@ fn ids(prefix: &str, n: usize) -> Vec<String> {
 type Builder = fn(&mut Rng, Nanos) -> Scenario;
 
 /// The scenarios, by name.
-const BUILDERS: [(&str, Builder); 7] = [
+const BUILDERS: [(&str, Builder); 9] = [
     ("prefill-interrupts-decode", prefill_interrupts_decode),
     ("prefill-freezes-decode", prefill_freezes_decode),
     ("long-prompt-monopolizes", long_prompt_monopolizes),
@@ -125,6 +127,8 @@ const BUILDERS: [(&str, Builder); 7] = [
     ("kv-preemption", kv_preemption),
     ("pd-kv-transfer-stall", pd_kv_transfer_stall),
     ("long-answer", long_answer),
+    ("speculation-collapses", speculation_collapses),
+    ("repetition-loop", repetition_loop),
 ];
 
 /// The scenario `name` (one of `NAMES` or `EXTRA`) starting at `t0`.
@@ -296,6 +300,132 @@ fn long_answer(rng: &mut Rng, t0: Nanos) -> Scenario {
             controls: vec![],
             control_instance: "sim-long".into(),
         },
+    }
+}
+
+/// Chat traffic on an engine that speculates four draft tokens a step, each accepted with a
+/// chance of 70 % (kept up to the first rejected one: 44 % of drafts), and one planted request.
+fn speculative_traffic(
+    prefix: &str,
+    t0: Nanos,
+    rng: &mut Rng,
+    planted: SimRequest,
+) -> Vec<SimRequest> {
+    let mut reqs = vec![planted];
+    reqs.extend((0..16).map(|k| {
+        let prompt = 300 + rng.below(1_500) as u32;
+        SimRequest::new(
+            format!("{prefix}-chat-{k:02}"),
+            t0 + k as Nanos * 150 * MS,
+            prompt,
+            160 + rng.below(120) as u32,
+        )
+    }));
+    reqs
+}
+
+fn speculating() -> EngineConfig {
+    engine(|c| {
+        c.draft_tokens = 4;
+        c.draft_acceptance = 0.7;
+    })
+}
+
+/// A request whose drafts are nearly all rejected while its neighbours' are mostly accepted:
+/// each of its steps verifies four drafts to keep about one token. The control runs the same
+/// traffic with that request's drafts accepted as usual.
+fn speculation_collapses(rng: &mut Rng, t0: Nanos) -> Scenario {
+    let cfg = speculating();
+    let victim = SimRequest {
+        draft_acceptance: Some(0.08),
+        ..SimRequest::new("spec-victim", t0 + 100 * MS, 600, 300)
+    };
+    let reqs = speculative_traffic("spec", t0, rng, victim);
+    let creqs = speculative_traffic(
+        "spec-ctl",
+        t0,
+        rng,
+        SimRequest::new("spec-control", t0 + 100 * MS, 600, 300),
+    );
+    with_control(
+        rng,
+        ("sim-spec", &cfg, reqs),
+        ("sim-spec-control", &cfg, creqs),
+        "speculation_low_acceptance",
+        vec!["spec-victim".into()],
+        vec![],
+        vec!["spec-control".into()],
+    )
+}
+
+/// Where a repetition loop starts in `loop-victim`'s answer, and how long the repeated span is.
+pub const LOOP_START: usize = 90;
+pub const LOOP_PERIOD: usize = 7;
+
+/// An answer that falls into a loop: from token 90 it repeats a seven-token span until
+/// max_tokens cuts it, and the draft model, seeing the pattern, guesses 97 % of it. The control
+/// is the same request answering normally.
+fn repetition_loop(rng: &mut Rng, t0: Nanos) -> Scenario {
+    let cfg = speculating();
+    let victim = SimRequest {
+        draft_acceptance: Some(0.97),
+        ..SimRequest::new("loop-victim", t0 + 100 * MS, 800, 600)
+    };
+    let reqs = speculative_traffic("loop", t0, rng, victim);
+    let creqs = speculative_traffic(
+        "loop-ctl",
+        t0,
+        rng,
+        SimRequest::new("loop-control", t0 + 100 * MS, 800, 600),
+    );
+    let endings = |id: &str| {
+        if id == "loop-victim" {
+            Ending::Length
+        } else {
+            Ending::ConfidentEos
+        }
+    };
+    let mut run = simulate("sim-loop", Role::Colocated, &cfg, reqs, rng, &endings);
+    let control = simulate(
+        "sim-loop-control",
+        Role::Colocated,
+        &cfg,
+        creqs,
+        rng,
+        &confident,
+    );
+    for r in &mut run.output.requests {
+        if r.request_id == "loop-victim" {
+            repeat(&mut r.tokens, LOOP_START, LOOP_PERIOD);
+        }
+    }
+    Scenario {
+        runs: vec![run, control],
+        truth: Truth {
+            scenario: String::new(),
+            cause: "speculation_high_acceptance".into(),
+            instance: "sim-loop".into(),
+            victims: vec!["loop-victim".into()],
+            culprits: vec![],
+            culprits_of: Default::default(),
+            controls: vec!["loop-control".into()],
+            control_instance: "sim-loop-control".into(),
+        },
+    }
+}
+
+/// Makes the tokens from `start` on repeat the `period` tokens at `start` (their words and
+/// probabilities; each keeps its own time).
+fn repeat(tokens: &mut [tokenscope_core::model::Token], start: usize, period: usize) {
+    for i in start + period..tokens.len() {
+        let from = tokens[start + (i - start) % period].clone();
+        let t = &mut tokens[i];
+        t.token_id = from.token_id;
+        t.text = from.text;
+        t.logprob = from.logprob;
+        t.rank = from.rank;
+        t.special = from.special;
+        t.candidates = from.candidates;
     }
 }
 
@@ -605,6 +735,58 @@ mod tests {
         assert!(ms(request_metrics(slow).ttft_ns) > 2500.0);
         let fast = request_metrics(find(&s, "sim-pd-decode", "pd-fast"));
         assert!(ms(fast.ttft_ns) < 1000.0, "fast TTFT {}", ms(fast.ttft_ns));
+    }
+
+    /// Draft tokens verified and accepted for `id`, and for the others, in `instance`'s steps.
+    fn drafts(s: &Scenario, instance: &str, id: &str) -> ((u32, u32), (u32, u32)) {
+        let (mut own, mut others) = ((0, 0), (0, 0));
+        let run = s.runs.iter().find(|r| r.resource.instance_id == instance);
+        for e in run
+            .unwrap()
+            .output
+            .iterations
+            .iter()
+            .flat_map(|it| &it.batch)
+        {
+            if let Some(d) = e.draft {
+                let t = if &*e.request_id == id {
+                    &mut own
+                } else {
+                    &mut others
+                };
+                t.0 += d.proposed;
+                t.1 += d.accepted;
+            }
+        }
+        (own, others)
+    }
+
+    #[test]
+    fn the_speculation_scenarios_plant_their_acceptance_and_their_loop() {
+        let rate = |(p, a): (u32, u32)| f64::from(a) / f64::from(p);
+        let s = build("speculation-collapses", T0, 1).unwrap();
+        let (victim, others) = drafts(&s, "sim-spec", "spec-victim");
+        // Drafts are kept up to the first rejected one: 70 % each keeps 44 % of four.
+        assert!(
+            rate(victim) < 0.05 && rate(others) > 0.35,
+            "{victim:?} {others:?}"
+        );
+        let (control, _) = drafts(&s, "sim-spec-control", "spec-control");
+        assert!(rate(control) > 0.35, "{control:?}");
+
+        let s = build("repetition-loop", T0, 1).unwrap();
+        let (victim, others) = drafts(&s, "sim-loop", "loop-victim");
+        assert!(
+            rate(victim) > 0.9 && rate(others) < 0.6,
+            "{victim:?} {others:?}"
+        );
+        let t = &find(&s, "sim-loop", "loop-victim").tokens;
+        assert_eq!(t.len(), 600);
+        for i in LOOP_START + LOOP_PERIOD..t.len() {
+            assert_eq!(t[i].token_id, t[i - LOOP_PERIOD].token_id, "token {i}");
+        }
+        // Before the loop, the answer is ordinary text.
+        assert!((1..LOOP_START).any(|i| t[i].token_id != t[i - LOOP_PERIOD.min(i)].token_id));
     }
 
     #[test]

@@ -54,6 +54,8 @@ fn prefills_within(steps: &[StepLoad], from: Nanos, to: Nanos, own: &str) -> (Ve
 pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec<TokenView> {
     let by_id: HashMap<u64, &StepLoad> = steps.iter().map(|s| (s.iteration_id, s)).collect();
     let first_token = r.first_token_at();
+    // A stretch of the answer that repeats one span (a repetition loop), flagged on its tokens.
+    let looped = crate::analysis::diagnosis::speculation::repeated_span(&r.tokens);
     let mut previous = None;
     let mut in_step = 0u32;
     r.tokens
@@ -85,6 +87,9 @@ pub fn token_views(r: &RequestTrace, steps: &[StepLoad], th: &Thresholds) -> Vec
             if t.special == SpecialToken::Eos && probability.is_some_and(|p| p < th.eos_probability)
             {
                 flags.push("low_probability_eos".to_string());
+            }
+            if looped.is_some_and(|l| (l.start..l.end).contains(&i)) {
+                flags.push("repeated".to_string());
             }
             let step = t.iteration.and_then(|id| by_id.get(&id).copied());
             // The k-th of this request's tokens from one speculative step: its accepted drafts
@@ -221,7 +226,7 @@ pub struct TokenView {
     pub entropy: Option<f32>,
     pub margin: Option<f32>,
     /// "slo_breach" (latency above the TPOT SLO), "far_from_top" (rank > 1, unlikely),
-    /// "low_probability_eos".
+    /// "low_probability_eos", "repeated" (inside a stretch that repeats one span: a loop).
     pub flags: Vec<String>,
 }
 

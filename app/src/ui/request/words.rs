@@ -37,6 +37,9 @@ fn span(t: &TokenView, ws: bool) -> impl IntoView + use<> {
     if t.accepted_draft == Some(true) {
         class.push_str(" draft");
     }
+    if t.flags.iter().any(|f| f == "repeated") {
+        class.push_str(" loop");
+    }
     let body = match chip(t) {
         Some(c) => {
             class.push_str(" special");
@@ -95,6 +98,11 @@ pub fn Words(rq: Rq) -> impl IntoView {
     };
     let n = rq.tokens_len();
     let spec = rq.d.with_value(|d| speculation(&d.tokens));
+    let looped = rq.d.with_value(|d| {
+        d.tokens
+            .iter()
+            .any(|t| t.flags.iter().any(|f| f == "repeated"))
+    });
     // Timing-only sources (TensorRT-LLM perf metrics) send no text, id or probability: there is
     // no answer to show, only a row of empty chips.
     let has_words = rq.d.with_value(|d| {
@@ -108,7 +116,8 @@ pub fn Words(rq: Rq) -> impl IntoView {
                 <h2>"Word choice"</h2>
                 <span class="legend">"probability of the chosen token: "<i class="sw-p-hi"></i>"≥ 0.9"<i class="sw-p-mid"></i>"0.5–0.9"<i class="sw-p-lo"></i>"< 0.5"
                     <span class="flag-mark">"⚑"</span>"flagged"<span class="slow-mark">"┈"</span>"slow token"
-                    {spec.is_some().then(|| view! { <span class="draft-mark">"▔"</span>"accepted draft" })}</span>
+                    {spec.is_some().then(|| view! { <span class="draft-mark">"▔"</span>"accepted draft" })}
+                    {looped.then(|| view! { <span class="loop-mark">"〰"</span>"repeats a span (a loop)" })}</span>
                 <label class="toggle"><input type="checkbox" data-testid="show-ws" prop:checked=move || rq.ws.get()
                     on:change=move |ev| rq.ws.set(event_target_checked(&ev))/>" show whitespace"</label>
             </div>

@@ -10,6 +10,7 @@ mod first_token;
 mod own;
 pub mod share;
 mod span_fit;
+pub mod speculation;
 mod words;
 
 use serde::{Deserialize, Serialize};
@@ -38,10 +39,14 @@ pub enum Cause {
     Unexplained,
     LowProbabilityEos,
     LowProbabilityToken,
+    /// Its draft tokens were accepted far less often than its neighbours' in the same steps.
+    SpeculationLowAcceptance,
+    /// Its drafts were accepted far more often over a long run (usually a repetition loop).
+    SpeculationHighAcceptance,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 12] = [
+    pub const ALL: [Cause; 14] = [
         Cause::PrefillInterruptedDecode,
         Cause::PrefillMonopolized,
         Cause::QueueBacklog,
@@ -54,6 +59,8 @@ impl Cause {
         Cause::Unexplained,
         Cause::LowProbabilityEos,
         Cause::LowProbabilityToken,
+        Cause::SpeculationLowAcceptance,
+        Cause::SpeculationHighAcceptance,
     ];
 
     /// The cause the API names `name`.
@@ -63,7 +70,12 @@ impl Cause {
 
     /// A cause in what the model said (rather than how fast it said it).
     pub fn is_word_choice(self) -> bool {
-        matches!(self, Cause::LowProbabilityEos | Cause::LowProbabilityToken)
+        matches!(
+            self,
+            Cause::LowProbabilityEos
+                | Cause::LowProbabilityToken
+                | Cause::SpeculationHighAcceptance
+        )
     }
 
     /// The name the API uses (`prefill_interrupted_decode`).
@@ -81,6 +93,8 @@ impl Cause {
             Cause::Unexplained => "unexplained",
             Cause::LowProbabilityEos => "low_probability_eos",
             Cause::LowProbabilityToken => "low_probability_token",
+            Cause::SpeculationLowAcceptance => "speculation_low_acceptance",
+            Cause::SpeculationHighAcceptance => "speculation_high_acceptance",
         }
     }
 }
@@ -236,6 +250,7 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
     findings.extend(first);
     findings.extend(preempted);
     findings.extend(words::word_choice(r, th));
+    findings.extend(speculation::speculation(r, ctx));
     Diagnosis::of(r.request_id.clone(), findings)
 }
 
