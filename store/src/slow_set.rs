@@ -1,7 +1,8 @@
 //! Tallies a window's requests by each attribute that may set slow requests apart (instance,
 //! engine version, model, tenant, adapter, priority, prompt length, cached share, prompt start,
 //! batch at arrival, hour), slow ones and all, in one scan with grouping sets: the requests never
-//! leave the database.
+//! leave the database. Buckets are grouped as integers and named as text only in the few rows
+//! out (hashing text keys cost 15 % of the query at 100,000 requests).
 
 use tokenscope_core::model::Nanos;
 
@@ -55,13 +56,13 @@ impl Store {
         let rows = sqlx::query!(
             r#"WITH w AS (
                  SELECT i.instance_key, i.engine_version, m.name AS model, r.tenant, r.lora_adapter,
-                        r.priority::text AS priority,
-                        width_bucket(r.prompt_tokens, $13::int[])::text AS prompt_length,
+                        r.priority,
+                        width_bucket(r.prompt_tokens, $13::int[]) AS prompt_length,
                         (CASE WHEN r.cached_tokens = 0 THEN 0
-                              WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END)::text AS cached_share,
+                              WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) AS cached_share,
                         r.detail -> 'prefix_cache' -> 'block_hashes' ->> 0 AS prompt_start,
-                        width_bucket(c.max_batch_size, $14::int[])::text AS batch_at_arrival,
-                        ((r.arrival_ns / 3600000000000) % 24)::text AS hour,
+                        width_bucket(c.max_batch_size, $14::int[]) AS batch_at_arrival,
+                        ((r.arrival_ns / 3600000000000) % 24)::int AS hour,
                         CASE $10::text
                           WHEN 'slo' THEN COALESCE(r.ttft_ns > $11, false) OR COALESCE(r.tpot_ns > $12, false)
                           ELSE COALESCE((CASE $10::text WHEN 'ttft' THEN r.ttft_ns WHEN 'tpot' THEN r.tpot_ns
@@ -89,8 +90,9 @@ impl Store {
                            WHEN GROUPING(batch_at_arrival) = 0 THEN 'batch_at_arrival'
                            WHEN GROUPING(hour) = 0 THEN 'hour'
                            ELSE 'all' END AS "attribute!",
-                      COALESCE(instance_key, engine_version, model, tenant, lora_adapter, priority,
-                               prompt_length, cached_share, prompt_start, batch_at_arrival, hour) AS value,
+                      COALESCE(instance_key, engine_version, model, tenant, lora_adapter, priority::text,
+                               prompt_length::text, cached_share::text, prompt_start,
+                               batch_at_arrival::text, hour::text) AS value,
                       count(*) FILTER (WHERE slow) AS "slow!", count(*) AS "all!"
                FROM w
                GROUP BY GROUPING SETS ((instance_key), (engine_version), (model), (tenant), (lora_adapter),
