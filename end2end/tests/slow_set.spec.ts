@@ -50,3 +50,23 @@ test("the slow requests of the fleet have the release candidate in common", asyn
   await expect(page).not.toHaveURL(/common=1/);
   expect(errors).toEqual([]);
 });
+
+// The same fleet in compare: the release candidate's side decodes slower and its answers end
+// sooner; the word-choice table and the headline say so.
+test("compare shows the release candidate's shorter answers beside its slower decode", async ({ page, request }) => {
+  const series = await (await request.get(`/api/v1/latency?instance=${FLEET}&width_px=280`)).json();
+  const w = (s: string) => `${s}_from=${series.from_ns}&${s}_to=${series.to_ns}`;
+  const q = `a_instance=fleet-0,fleet-1&b_instance=fleet-2,fleet-3&${w("a")}&${w("b")}`;
+  const api = await (await request.get(`/api/v1/compare?${q}`)).json();
+  expect(api.b.words.mean_answer_tokens).toBeLessThan(0.7 * api.a.words.mean_answer_tokens);
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto(`/compare?${q}`);
+  await expect(page.getByTestId("headline")).toContainText(
+    `answers ${Math.round(api.a.words.mean_answer_tokens)} → ${Math.round(api.b.words.mean_answer_tokens)} tokens`);
+  const words = page.getByTestId("compare-words");
+  const length = words.locator('tr[data-metric="mean answer length"]');
+  await expect(length.locator("td").nth(1)).toHaveText(`${Math.round(api.a.words.mean_answer_tokens)} tokens`);
+  await expect(length.locator("td.bad")).toHaveCount(1);
+  await words.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: "test-results/compare-words.png" });
+});

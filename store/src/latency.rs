@@ -32,6 +32,22 @@ pub struct SetStats {
     pub tpot: Quantiles,
     pub queue: Quantiles,
     pub e2e: Quantiles,
+    pub words: WordSums,
+}
+
+/// The stored word-choice sums (`detail.words`) of a set's requests that have them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WordSums {
+    /// Requests with word stats, and their output tokens.
+    pub answers: u64,
+    pub answer_tokens: f64,
+    pub tokens: f64,
+    pub probability_sum: f64,
+    pub entropy_tokens: f64,
+    pub entropy_sum: f64,
+    /// Answers that ended on an end-of-sequence token.
+    pub eos: u64,
+    pub unlikely: f64,
 }
 
 /// Requests in one histogram bin of `metric` (`ttft` or `tpot`).
@@ -98,7 +114,8 @@ impl Store {
             .collect())
     }
 
-    /// Percentiles over all the requests that match `f`'s instances, engine, model and window.
+    /// Percentiles over all the requests that match `f`'s instances, engine, model and window,
+    /// and their word-choice sums.
     pub async fn set_stats(&self, f: &RequestFilter) -> Result<SetStats> {
         let s = sqlx::query!(
             r#"SELECT count(*) AS "requests!",
@@ -113,7 +130,15 @@ impl Store {
                       percentile_disc(0.99) WITHIN GROUP (ORDER BY r.queue_ns) AS queue_p99,
                       percentile_disc(0.5) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p50,
                       percentile_disc(0.9) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p90,
-                      percentile_disc(0.99) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p99
+                      percentile_disc(0.99) WITHIN GROUP (ORDER BY r.e2e_ns) AS e2e_p99,
+                      count(*) FILTER (WHERE r.detail ? 'words') AS "answers!",
+                      sum(r.output_tokens::float8) FILTER (WHERE r.detail ? 'words') AS answer_tokens,
+                      sum((r.detail #>> '{words,tokens}')::float8) AS word_tokens,
+                      sum((r.detail #>> '{words,probability_sum}')::float8) AS probability_sum,
+                      sum((r.detail #>> '{words,entropy_tokens}')::float8) AS entropy_tokens,
+                      sum((r.detail #>> '{words,entropy_sum}')::float8) AS entropy_sum,
+                      count(*) FILTER (WHERE (r.detail #>> '{words,eos}')::bool) AS "eos!",
+                      sum((r.detail #>> '{words,unlikely}')::float8) AS unlikely
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($6::text IS NULL OR i.engine_version = $6)
                  AND ($3::text IS NULL OR m.name = $3) AND ($7::text[] IS NULL OR r.tenant = ANY($7)) AND ($8::text IS NULL OR r.lora_adapter = $8) AND ($9::int IS NULL OR r.priority = $9) AND r.arrival_ns >= $4 AND r.arrival_ns < $5"#,
@@ -135,6 +160,16 @@ impl Store {
             tpot: q(s.tpot_p50, s.tpot_p90, s.tpot_p99),
             queue: q(s.queue_p50, s.queue_p90, s.queue_p99),
             e2e: q(s.e2e_p50, s.e2e_p90, s.e2e_p99),
+            words: WordSums {
+                answers: s.answers as u64,
+                answer_tokens: s.answer_tokens.unwrap_or(0.0),
+                tokens: s.word_tokens.unwrap_or(0.0),
+                probability_sum: s.probability_sum.unwrap_or(0.0),
+                entropy_tokens: s.entropy_tokens.unwrap_or(0.0),
+                entropy_sum: s.entropy_sum.unwrap_or(0.0),
+                eos: s.eos as u64,
+                unlikely: s.unlikely.unwrap_or(0.0),
+            },
         })
     }
 

@@ -111,7 +111,37 @@ pub fn headline(a: &CompareSide, b: &CompareSide, deltas: &[Delta]) -> String {
     if let Some((c, x, y)) = moved {
         parts.push(format!("{} {x} → {y}", c.name()));
     }
+    if let (Some(wa), Some(wb)) = (a.words, b.words) {
+        parts.extend(word_drift(&wa, &wb));
+    }
     parts.join("; ")
+}
+
+/// The word-choice changes worth a headline: answers ending on EOS (5 points or more), their
+/// length (by `NOTABLE_PCT`), the chosen tokens' mean probability (0.02 or more).
+fn word_drift(a: &WordChoice, b: &WordChoice) -> Option<String> {
+    let mut moved = Vec::new();
+    if (b.eos_rate - a.eos_rate).abs() >= 0.05 {
+        moved.push(format!(
+            "answers ending on EOS {:.0} % → {:.0} %",
+            a.eos_rate * 100.0,
+            b.eos_rate * 100.0
+        ));
+    }
+    let pct = (b.mean_answer_tokens / a.mean_answer_tokens.max(1e-9) - 1.0) * 100.0;
+    if pct.abs() >= NOTABLE_PCT {
+        moved.push(format!(
+            "answers {:.0} → {:.0} tokens",
+            a.mean_answer_tokens, b.mean_answer_tokens
+        ));
+    }
+    if (b.mean_probability - a.mean_probability).abs() >= 0.02 {
+        moved.push(format!(
+            "chosen-token probability {:.2} → {:.2}",
+            a.mean_probability, b.mean_probability
+        ));
+    }
+    (!moved.is_empty()).then(|| moved.join(", "))
 }
 
 /// One side of a comparison (`GET /api/v1/compare`): which requests, their latency percentiles
@@ -150,6 +180,56 @@ pub struct CompareSide {
     /// The side's instances' busy time in that window (`usage`'s sum).
     #[serde(default)]
     pub busy_s: f64,
+    /// What the answers said, when the engine reported probabilities (the data-plane A/B).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub words: Option<WordChoice>,
+}
+
+/// A side's word choice: how sure the model was of its tokens, how its answers ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WordChoice {
+    /// Requests with token probabilities (the rest are not counted here).
+    pub answers: u64,
+    /// The chosen tokens' mean probability, and the candidates' mean entropy (nats; `None`
+    /// without candidates).
+    pub mean_probability: f64,
+    pub mean_entropy: Option<f64>,
+    /// Share of the answers that ended on an end-of-sequence token (the rest hit max_tokens,
+    /// were aborted, or ended on a stop string).
+    pub eos_rate: f64,
+    pub mean_answer_tokens: f64,
+    /// Tokens sampled far from the top (p < 0.05, not the likeliest) per 1,000 tokens.
+    pub unlikely_per_1k: f64,
+}
+
+/// The sums a side's stored requests give ([`crate::model::metrics::WordStats`] added up).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WordSums {
+    pub answers: u64,
+    pub answer_tokens: f64,
+    pub tokens: f64,
+    pub probability_sum: f64,
+    pub entropy_tokens: f64,
+    pub entropy_sum: f64,
+    pub eos: u64,
+    pub unlikely: f64,
+}
+
+impl WordChoice {
+    /// `None` when no answer of the side had probabilities.
+    pub fn of(s: WordSums) -> Option<WordChoice> {
+        if s.answers == 0 || s.tokens <= 0.0 {
+            return None;
+        }
+        Some(WordChoice {
+            answers: s.answers,
+            mean_probability: s.probability_sum / s.tokens,
+            mean_entropy: (s.entropy_tokens > 0.0).then(|| s.entropy_sum / s.entropy_tokens),
+            eos_rate: s.eos as f64 / s.answers as f64,
+            mean_answer_tokens: s.answer_tokens / s.answers as f64,
+            unlikely_per_1k: s.unlikely * 1000.0 / s.tokens,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -230,7 +310,33 @@ mod tests {
             diagnosed: 100,
             usage: Vec::new(),
             busy_s: 0.0,
+            words: None,
         }
+    }
+
+    #[test]
+    fn the_words_drift_is_news_too() {
+        let mut a = side(550.0, &[]);
+        let mut b = side(552.0, &[]);
+        let sums = |eos: u64, answer_tokens: f64| WordSums {
+            answers: 100,
+            answer_tokens,
+            tokens: answer_tokens,
+            probability_sum: answer_tokens * 0.8,
+            entropy_tokens: 0.0,
+            entropy_sum: 0.0,
+            eos,
+            unlikely: 3.0,
+        };
+        a.words = WordChoice::of(sums(80, 24_000.0));
+        b.words = WordChoice::of(sums(100, 15_000.0));
+        assert_eq!(b.words.unwrap().mean_entropy, None);
+        assert!((b.words.unwrap().unlikely_per_1k - 0.2).abs() < 1e-9);
+        assert_eq!(
+            headline(&a, &b, &deltas(&a, &b)),
+            "No p90 latency moved by 5 % or more; answers ending on EOS 80 % → 100 %, answers 240 → 150 tokens"
+        );
+        assert_eq!(WordChoice::of(WordSums::default()), None);
     }
 
     #[test]

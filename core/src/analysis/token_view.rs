@@ -10,27 +10,7 @@ pub use crate::model::StepLoad;
 
 /// Probability, entropy of the candidates, and margin to the best other candidate.
 pub fn word_choice(t: &Token) -> (Option<f32>, Option<f32>, Option<f32>) {
-    let p = t.logprob.map(f32::exp);
-    let entropy = (!t.candidates.is_empty()).then(|| {
-        t.candidates
-            .iter()
-            .map(|c| c.logprob.exp())
-            .filter(|&q| q > 0.0)
-            .map(|q| -q * q.ln())
-            .sum()
-    });
-    let is_chosen = |c: &&crate::model::Candidate| match (c.token_id, t.token_id) {
-        (Some(a), Some(b)) => a == b,
-        _ => c.text.is_some() && c.text == t.text,
-    };
-    let best_other = t
-        .candidates
-        .iter()
-        .filter(|c| !is_chosen(c))
-        .map(|c| c.logprob.exp())
-        .fold(None, |m: Option<f32>, q| Some(m.map_or(q, |m| m.max(q))));
-    let margin = p.zip(best_other).map(|(p, o)| p - o);
-    (p, entropy, margin)
+    t.word_choice()
 }
 
 /// Other requests' prefills in the steps that ran wholly within `[from, to]`, and their prompt

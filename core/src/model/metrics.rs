@@ -1,7 +1,9 @@
 //! Request-level latency metrics, defined once: TTFT, TPOT, end-to-end and queue time. The store
 //! keeps them as columns (derived at ingest) and the analysis reads them from here.
 
-use super::{Nanos, RequestTrace};
+use serde::{Deserialize, Serialize};
+
+use super::{Nanos, Rank, RequestTrace, SpecialToken};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestMetrics {
@@ -29,6 +31,53 @@ pub fn request_metrics(r: &RequestTrace) -> RequestMetrics {
             .first_scheduled_at()
             .map(|s| s - r.queued_ns.unwrap_or(r.arrival_ns)),
     }
+}
+
+/// A token sampled below this probability and not the likeliest counts as unlikely in
+/// [`WordStats`] (the diagnosis's default `token_probability`).
+pub const UNLIKELY_TOKEN_PROBABILITY: f32 = 0.05;
+
+/// What a request's answer says about the model's word choice, summed so that a window adds
+/// them up (kept with the stored request; compare's sides are their sums).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WordStats {
+    /// Tokens with a probability, and their probabilities' sum.
+    pub tokens: u32,
+    pub probability_sum: f64,
+    /// Tokens with candidates, and the candidates' entropy summed (nats).
+    pub entropy_tokens: u32,
+    pub entropy_sum: f64,
+    /// The answer ended on an end-of-sequence token.
+    pub eos: bool,
+    /// Tokens sampled below [`UNLIKELY_TOKEN_PROBABILITY`] that were not the likeliest.
+    pub unlikely: u32,
+}
+
+/// The request's [`WordStats`]; `None` when no token has a probability (timing-only sources).
+pub fn word_stats(r: &RequestTrace) -> Option<WordStats> {
+    let mut s = WordStats {
+        eos: r
+            .tokens
+            .last()
+            .is_some_and(|t| t.special == SpecialToken::Eos),
+        ..WordStats::default()
+    };
+    for t in &r.tokens {
+        let (p, entropy, _) = t.word_choice();
+        if let Some(p) = p {
+            s.tokens += 1;
+            s.probability_sum += f64::from(p);
+            let below_top = t.rank_known().is_some_and(Rank::below_top);
+            if below_top && t.special == SpecialToken::None && p < UNLIKELY_TOKEN_PROBABILITY {
+                s.unlikely += 1;
+            }
+        }
+        if let Some(e) = entropy {
+            s.entropy_tokens += 1;
+            s.entropy_sum += f64::from(e);
+        }
+    }
+    (s.tokens > 0).then_some(s)
 }
 
 #[cfg(test)]

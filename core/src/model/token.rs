@@ -118,6 +118,32 @@ pub struct Token {
 }
 
 impl Token {
+    /// The chosen token's probability, the entropy of the returned candidates (nats), and the
+    /// chosen token's probability minus the best other candidate's.
+    pub fn word_choice(&self) -> (Option<f32>, Option<f32>, Option<f32>) {
+        let p = self.logprob.map(f32::exp);
+        let entropy = (!self.candidates.is_empty()).then(|| {
+            self.candidates
+                .iter()
+                .map(|c| c.logprob.exp())
+                .filter(|&q| q > 0.0)
+                .map(|q| -q * q.ln())
+                .sum()
+        });
+        let is_chosen = |c: &&Candidate| match (c.token_id, self.token_id) {
+            (Some(a), Some(b)) => a == b,
+            _ => c.text.is_some() && c.text == self.text,
+        };
+        let best_other = self
+            .candidates
+            .iter()
+            .filter(|c| !is_chosen(c))
+            .map(|c| c.logprob.exp())
+            .fold(None, |m: Option<f32>, q| Some(m.map_or(q, |m| m.max(q))));
+        let margin = p.zip(best_other).map(|(p, o)| p - o);
+        (p, entropy, margin)
+    }
+
     /// The chosen token's rank as implied by the candidates, when it is among them: matched by
     /// id, or by text where ids are unknown.
     pub fn rank_from_candidates(&self) -> Option<u32> {

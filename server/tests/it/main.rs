@@ -8,6 +8,7 @@ mod alerts;
 mod batch_refs;
 mod budget;
 mod common;
+mod compare_words;
 mod diagnosis;
 mod diagnosis_snapshots;
 mod durability;

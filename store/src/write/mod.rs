@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use tokenscope_core::model::metrics::request_metrics;
+use tokenscope_core::model::metrics::{WordStats, request_metrics, word_stats};
 use tokenscope_core::model::{
     KvTransfer, Nanos, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams, Served,
     unhex,
@@ -32,6 +32,10 @@ pub(super) struct Detail {
     pub sampling: SamplingParams,
     #[serde(flatten)]
     pub served: Served,
+    /// The answer's word choice, summed (`model::metrics::word_stats`): compare reads each
+    /// side's sums in SQL. Absent for timing-only sources and requests stored before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub words: Option<WordStats>,
 }
 
 impl Detail {
@@ -402,6 +406,7 @@ impl RequestRows {
             kv_transfer: r.kv_transfer.clone(),
             sampling: r.sampling.clone(),
             served: r.served.clone(),
+            words: word_stats(r),
         };
         self.request_id.push(r.request_id.clone());
         self.arrival_ns.push(r.arrival_ns);

@@ -1,10 +1,11 @@
 //! Compare (`/compare`): two sets of requests — two windows of one instance, or two instances,
 //! models or engines — with the answer to "what changed" in the first line, then overlaid
-//! percentile charts, a delta table, overlaid histograms, the diagnosis causes and the tenants'
-//! GPU time on each side.
+//! percentile charts, a delta table, overlaid histograms, the diagnosis causes, the tenants'
+//! GPU time and the answers' word choice on each side.
 
 mod form;
 mod usage;
+mod words;
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
@@ -137,6 +138,7 @@ fn Report(c: Comparison) -> impl IntoView {
     let deltas = delta_table(&c.deltas);
     let causes = causes(&c.a, &c.b);
     let usage = usage::table(&c.a, &c.b);
+    let words = words::table(&c.a, &c.b);
     let ttft_hist = histogram(&c.a.ttft_histogram, &c.b.ttft_histogram);
     let tpot_hist = histogram(&c.a.tpot_histogram, &c.b.tpot_histogram);
     view! {
@@ -162,6 +164,7 @@ fn Report(c: Comparison) -> impl IntoView {
             <section class="panel"><h2>"Percentiles, B against A"</h2>{deltas}</section>
             <section class="panel"><h2>"Diagnosed causes"</h2>{causes}</section>
             <section class="panel"><h2>"GPU time by tenant"</h2>{usage}</section>
+            <section class="panel"><h2>"Word choice"</h2>{words}</section>
         </div>
         <section class="panel">
             <h2>"Latency distribution per request"</h2>
