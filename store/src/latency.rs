@@ -3,6 +3,7 @@
 //! token block is read).
 
 use tokenscope_core::model::Nanos;
+use tokenscope_core::model::metrics::WordSums;
 
 use super::{RequestFilter, Store, read::count};
 use crate::error::Result;
@@ -32,22 +33,8 @@ pub struct SetStats {
     pub tpot: Quantiles,
     pub queue: Quantiles,
     pub e2e: Quantiles,
+    /// The word-choice sums (`detail.words`) of its requests that have them.
     pub words: WordSums,
-}
-
-/// The stored word-choice sums (`detail.words`) of a set's requests that have them.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct WordSums {
-    /// Requests with word stats, and their output tokens.
-    pub answers: u64,
-    pub answer_tokens: f64,
-    pub tokens: f64,
-    pub probability_sum: f64,
-    pub entropy_tokens: f64,
-    pub entropy_sum: f64,
-    /// Answers that ended on an end-of-sequence token.
-    pub eos: u64,
-    pub unlikely: f64,
 }
 
 /// Requests in one histogram bin of `metric` (`ttft` or `tpot`).

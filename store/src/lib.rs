@@ -35,7 +35,7 @@ pub use diagnoses::{Alive, DiagnosisRow, Due, Stored, WorkerLock};
 pub use error::{Error, Result};
 
 pub use incidents::IncidentRow;
-pub use latency::{BinRow, LatencyRow, Quantiles, SetStats, WordSums};
+pub use latency::{BinRow, LatencyRow, Quantiles, SetStats};
 pub use live::{IngestListener, Ingested};
 pub use partitions::DAY_NS;
 pub use read::{

@@ -4,6 +4,7 @@
 use crate::analysis::diagnosis::Cause;
 use crate::analysis::metrics::{LatencySeries, Percentiles};
 use crate::model::Nanos;
+pub use crate::model::metrics::WordSums;
 use serde::{Deserialize, Serialize};
 
 /// Histogram bins per doubling of latency: fine enough to see a shift of 20 %.
@@ -200,19 +201,6 @@ pub struct WordChoice {
     pub mean_answer_tokens: f64,
     /// Tokens sampled far from the top (p < 0.05, not the likeliest) per 1,000 tokens.
     pub unlikely_per_1k: f64,
-}
-
-/// The sums a side's stored requests give ([`crate::model::metrics::WordStats`] added up).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct WordSums {
-    pub answers: u64,
-    pub answer_tokens: f64,
-    pub tokens: f64,
-    pub probability_sum: f64,
-    pub entropy_tokens: f64,
-    pub entropy_sum: f64,
-    pub eos: u64,
-    pub unlikely: f64,
 }
 
 impl WordChoice {

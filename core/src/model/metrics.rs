@@ -53,6 +53,22 @@ pub struct WordStats {
     pub unlikely: u32,
 }
 
+/// A set of requests' [`WordStats`] added up (with their answers' lengths): what the store
+/// sums in SQL and compare turns into a side's word choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WordSums {
+    /// Requests with word stats, and their output tokens.
+    pub answers: u64,
+    pub answer_tokens: f64,
+    pub tokens: f64,
+    pub probability_sum: f64,
+    pub entropy_tokens: f64,
+    pub entropy_sum: f64,
+    /// Answers that ended on an end-of-sequence token.
+    pub eos: u64,
+    pub unlikely: f64,
+}
+
 /// The request's [`WordStats`]; `None` when no token has a probability (timing-only sources).
 pub fn word_stats(r: &RequestTrace) -> Option<WordStats> {
     let mut s = WordStats {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tokenscope_core::analysis::compare::{BINS_PER_OCTAVE, WordChoice, WordSums, bin};
+use tokenscope_core::analysis::compare::{BINS_PER_OCTAVE, WordChoice, bin};
 use tokenscope_core::analysis::diagnosis::{Cause, Diagnosis, Thresholds};
 use tokenscope_core::analysis::waterfall::bucket_ns;
 use tokenscope_core::api::{CauseCount, CompareSide, LatencyBucket, LatencySeries, Percentiles};
@@ -136,16 +136,7 @@ pub async fn compare_side(
         diagnosed,
         usage: usage.groups,
         busy_s: usage.busy_s,
-        words: WordChoice::of(WordSums {
-            answers: s.words.answers,
-            answer_tokens: s.words.answer_tokens,
-            tokens: s.words.tokens,
-            probability_sum: s.words.probability_sum,
-            entropy_tokens: s.words.entropy_tokens,
-            entropy_sum: s.words.entropy_sum,
-            eos: s.words.eos,
-            unlikely: s.words.unlikely,
-        }),
+        words: WordChoice::of(s.words),
     })
 }
 
