@@ -30,16 +30,13 @@ pub(super) async fn slow_set(
     scope: Scope,
     Query(p): Query<SlowSetParams>,
 ) -> Result<Json<SlowSet>> {
-    let slow = match p.slow.as_deref().filter(|s| !s.is_empty()).unwrap_or("slo") {
-        "slo" => None,
-        m @ ("ttft" | "tpot" | "e2e") => Some(match m {
-            "ttft" => "ttft",
-            "tpot" => "tpot",
-            _ => "e2e",
-        }),
-        other => {
+    let asked = p.slow.as_deref().filter(|s| !s.is_empty()).unwrap_or("slo");
+    let slow = match ["ttft", "tpot", "e2e"].into_iter().find(|m| *m == asked) {
+        Some(metric) => Some(metric),
+        None if asked == "slo" => None,
+        None => {
             return Err(Error::InvalidArgument(format!(
-                "slow={other:?} is not slo, ttft, tpot or e2e"
+                "slow={asked:?} is not slo, ttft, tpot or e2e"
             )));
         }
     };
