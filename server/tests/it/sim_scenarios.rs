@@ -22,7 +22,7 @@ async fn scenarios_show_their_symptoms_through_the_query_api() {
     let (runs, truths) = sim::all_scenarios(T0, 60_000_000_000, 1);
     let sent = app.send_sim(&runs).await;
     assert_eq!(sent.rejected, 0);
-    assert_eq!(truths.len(), 6);
+    assert_eq!(truths.len(), sim::scenarios::NAMES.len());
     let get = |id: &str, instance: &str| {
         let path = format!("/api/v1/requests/{id}?instance={instance}");
         let app = &app;
@@ -134,6 +134,40 @@ async fn scenarios_show_their_symptoms_through_the_query_api() {
         "fast TTFT {}",
         fast["ttft_ms"]
     );
+
+    // speculation-collapses: the victim's tokens are nearly all the target model's own; its
+    // control's are mostly accepted drafts.
+    let drafted = |d: &serde_json::Value| {
+        let t = d["tokens"].as_array().unwrap();
+        t.iter().filter(|t| t["accepted_draft"] == true).count() as f64 / t.len() as f64
+    };
+    let spec = get("spec-victim", "sim-spec").await;
+    let spec_control = get("spec-control", "sim-spec-control").await;
+    assert!(drafted(&spec) < 0.15, "victim {}", drafted(&spec));
+    assert!(
+        drafted(&spec_control) > 0.4,
+        "control {}",
+        drafted(&spec_control)
+    );
+
+    // repetition-loop: from token 90 on, the answer is flagged as repeating a span.
+    let repeated = |d: &serde_json::Value| -> Vec<u64> {
+        d["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| {
+                t["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f == "repeated"))
+            })
+            .map(|t| t["index"].as_u64().unwrap())
+            .collect()
+    };
+    let looped = repeated(&get("loop-victim", "sim-loop").await);
+    let start = sim::scenarios::LOOP_START as u64;
+    assert_eq!(looped, (start..600).collect::<Vec<u64>>());
+    assert!(repeated(&get("loop-control", "sim-loop-control").await).is_empty());
 }
 
 // Multi-threaded: the test waits for the child process while the server must keep serving it.
