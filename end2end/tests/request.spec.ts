@@ -251,6 +251,16 @@ test("who asked, the prefix cache and a preemption's aggressor: shown, linked, a
   const who = page.getByTestId("who");
   await expect(who).toContainText("LoRA sql</title><script>alert(1)</script> · tenant acme</p><b>x · priority 2");
   await expect(who).toContainText("prefix cache: 1,024 of 1,360 prompt tokens (GPU 768, CPU 256)");
+  // The prompt as blocks: 768 from the GPU cache, 256 from the CPU's, the rest computed.
+  const strip = page.getByTestId("prompt-strip");
+  await expect(strip).toContainText("Prompt: 1,360 tokens in 85 blocks of 16");
+  await expect(strip).toContainText("GPU cache 768");
+  await expect(strip).toContainText("CPU cache 256");
+  await expect(strip).toContainText(/computed 336 in 280(\.0)? ms/);
+  await expect(strip.locator(".seg")).toHaveCount(3);
+  const widths = await strip.locator(".seg").evaluateAll((els) => els.map((e) => e.getBoundingClientRect().width));
+  expect(widths[0] / widths[2]).toBeCloseTo(768 / 336, 1);
+  await strip.screenshot({ path: "test-results/prompt-strip.png" });
   // A u64 past a JSON number's precision keeps every digit.
   await expect(who).toContainText("prompt fingerprint ffffffffffffffff… (85 blocks of 16)");
   // The preemption names whom the scheduler made room for, in the finding and under the stages.

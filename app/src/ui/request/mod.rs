@@ -4,6 +4,7 @@
 //! its data, then hydrated; the selected token, brushed range and toggles are in the URL.
 
 mod flagged;
+mod prompt;
 mod stages;
 pub mod state;
 mod summary;

@@ -249,6 +249,7 @@ pub fn Head(rq: Rq, dx: Diagnosis, hurt: VictimList) -> impl IntoView {
                 </p>
                 {parts_line(d, rq.live)}
                 {who_line(d)}
+                {super::prompt::strip(d)}
                 <p class="muted rq-meta" data-testid="sampling">{sampling_text(&d.sampling)}</p>
                 <div class="kpis">
                     <Kpi label="TTFT" value=s.ttft_ms slo=Some(th.ttft_ms)/>
