@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 // What the analysis computes is part of the contract as it is: the API names those types here.
 pub use crate::analysis::compare::{CauseCount, CompareSide, Delta, HistogramBin, WordChoice};
+pub use crate::analysis::fingerprint::{
+    Family, Fingerprints, HitCell, MissWhy, Pressure, WarmMiss,
+};
 pub use crate::analysis::metrics::{LatencyBucket, LatencySeries, Percentiles};
 pub use crate::analysis::slow_set::{Attribute, Separator, SlowSet};
 pub use crate::analysis::stages::{Stage, StageKind};

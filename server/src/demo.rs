@@ -1,7 +1,7 @@
 //! `tokenscope demo`: loads a demo dataset so a newcomer's first screen has something on it —
 //! every simulator scenario (incident and healthy control) and five minutes of the Azure
-//! conversation trace replayed on a simulated 8B/H100 instance, and a fleet of four on which a
-//! release candidate slowed two.
+//! conversation trace replayed on a simulated 8B/H100 instance, a fleet of four on which a
+//! release candidate slowed two, and prompt families on three instances with a prefix cache.
 
 use crate::error::Result;
 use crate::ingest::{Sink, native, store_decoded};
@@ -31,6 +31,9 @@ pub async fn load(sink: &Sink, if_empty: bool) -> Result<()> {
     // A fleet where a release candidate slowed two of four instances (the explorer's "what the
     // slow requests have in common" names the version).
     runs.extend(sim::fleet::regression(now - 12 * 60 * SECOND, 2.0, 90.0));
+    // Prompt families on three instances with a prefix cache: a replica that joins cold, and a
+    // storm of long prompts that evicts a warm family (the explorer's prompt families panel).
+    runs.extend(sim::families::families(now - 10 * 60 * SECOND, 1).0);
     let (mut requests, mut iterations, mut rejected) = (0, 0, 0);
     for deliver::Timed { batch, .. } in deliver::batches(&runs) {
         let reply = store_decoded(

@@ -7,13 +7,14 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use tokenscope_core::model::{
-    BatchEntry, Draft, FinishReason, Iteration, Nanos, Phase, Preemption, PrefillChunk,
-    RequestTrace, Token,
+    BatchEntry, Draft, FinishReason, Iteration, MAX_BLOCK_HASHES, Nanos, Phase, Preemption,
+    PrefillChunk, PrefixCache, RequestTrace, Served, Token,
 };
 
 use crate::Rng;
 use crate::cost::{Profile, StepLoad};
 use crate::ledger::Ledger;
+use crate::prefix::{self, Eviction, PrefixLru};
 
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -34,6 +35,9 @@ pub struct EngineConfig {
     /// plus the token it samples itself).
     pub draft_tokens: u32,
     pub draft_acceptance: f64,
+    /// Blocks the prefix cache keeps (0: no cache model; a request's `cached_tokens` is taken
+    /// as given). With a cache, requests with `prompt_blocks` look their chain up when admitted.
+    pub prefix_cache_blocks: u32,
     /// Keep each request's [`Ledger`] (where its time went), with the gaps between tokens
     /// longer than this; `None` keeps none (the work is per step and per live request).
     pub ledger_gaps_over: Option<Nanos>,
@@ -51,6 +55,7 @@ impl EngineConfig {
             block_size: 16,
             draft_tokens: 0,
             draft_acceptance: 0.0,
+            prefix_cache_blocks: 0,
             ledger_gaps_over: None,
         }
     }
@@ -73,6 +78,9 @@ pub struct SimRequest {
     /// the engine's usual (`EngineConfig::draft_acceptance`): text the draft model cannot
     /// guess, or an answer that repeats itself.
     pub draft_acceptance: Option<f64>,
+    /// What its prompt's full blocks hold, one content id per block (see `prefix::chain`);
+    /// empty: unknown, the prompt has no fingerprint and the prefix cache is not consulted.
+    pub prompt_blocks: Vec<u64>,
 }
 
 impl SimRequest {
@@ -92,6 +100,7 @@ impl SimRequest {
             cached_tokens: 0,
             kv_received: false,
             draft_acceptance: None,
+            prompt_blocks: Vec::new(),
         }
     }
 }
@@ -113,6 +122,8 @@ struct State {
     finished: Option<Nanos>,
     aborted: bool,
     ledger: Ledger,
+    /// Its prompt's block-hash chain (from `req.prompt_blocks`).
+    chain: Vec<u64>,
 }
 
 impl State {
@@ -125,6 +136,8 @@ impl State {
 pub struct Output {
     pub requests: Vec<RequestTrace>,
     pub iterations: Vec<Iteration>,
+    /// What the prefix cache dropped, and for whom (empty without a cache model).
+    pub evictions: Vec<Eviction>,
 }
 
 /// What the engine reports as it runs: each step when it ends, each request when it finishes.
@@ -158,12 +171,13 @@ pub fn run_with_ledgers(
 ) -> (Output, Vec<Ledger>) {
     let mut finished: Vec<Option<(RequestTrace, Ledger)>> = Vec::new();
     finished.resize_with(requests.len(), || None);
-    let mut iterations = Vec::new();
+    let (mut iterations, mut evictions) = (Vec::new(), Vec::new());
     // Collecting never asks the engine to stop.
     let _ = simulate(cfg, requests, rng, first_iteration, &mut |e| {
         match e {
             Step::Ended(it) => iterations.push(it),
             Step::Finished(k, r, l) => finished[k] = Some((*r, l)),
+            Step::Evicted(e) => evictions = e,
         }
         ControlFlow::Continue(())
     });
@@ -172,6 +186,7 @@ pub fn run_with_ledgers(
         Output {
             requests,
             iterations,
+            evictions,
         },
         ledgers,
     )
@@ -190,6 +205,7 @@ pub fn stream(
     simulate(cfg, requests, rng, first_iteration, &mut |e| match e {
         Step::Ended(it) => emit(Event::Step(it)),
         Step::Finished(_, r, _) => emit(Event::Finished(r)),
+        Step::Evicted(_) => ControlFlow::Continue(()),
     })
 }
 
@@ -197,10 +213,12 @@ pub fn stream(
 enum Step {
     Ended(Iteration),
     Finished(usize, Box<RequestTrace>, Ledger),
+    /// The prefix cache's eviction log, once the run is over.
+    Evicted(Vec<Eviction>),
 }
 
 /// A finished request's trace and ledger; its state keeps only what the scheduler still reads.
-fn take_trace(s: &mut State, now: Nanos) -> (Box<RequestTrace>, Ledger) {
+fn take_trace(s: &mut State, now: Nanos, block_size: u32) -> (Box<RequestTrace>, Ledger) {
     s.ledger.close(!s.tokens.is_empty());
     let ledger = std::mem::take(&mut s.ledger);
     let trace = Box::new(RequestTrace {
@@ -221,6 +239,16 @@ fn take_trace(s: &mut State, now: Nanos) -> (Box<RequestTrace>, Ledger) {
         prefill_chunks: std::mem::take(&mut s.chunks),
         preemptions: std::mem::take(&mut s.preemptions),
         tokens: std::mem::take(&mut s.tokens),
+        served: Served {
+            prefix_cache: (!s.chain.is_empty()).then(|| PrefixCache {
+                gpu_tokens: s.req.cached_tokens.min(s.req.prompt_tokens),
+                block_size,
+                block_hashes: s.chain[..s.chain.len().min(MAX_BLOCK_HASHES)].to_vec(),
+                blocks: s.chain.len() as u32,
+                ..PrefixCache::default()
+            }),
+            ..Served::default()
+        },
         ..RequestTrace::default()
     });
     (trace, ledger)
@@ -238,6 +266,7 @@ struct Engine<'a> {
     free_blocks: u32,
     now: Nanos,
     iteration_id: u64,
+    cache: PrefixLru,
 }
 
 /// What one step computes: prompt tokens per prefilling request, one token per decoding one.
@@ -281,11 +310,11 @@ fn simulate(
     let now = e.now;
     for (i, s) in e.states.iter_mut().enumerate() {
         if !s.req.id.is_empty() {
-            let (r, l) = take_trace(s, now);
+            let (r, l) = take_trace(s, now, cfg.block_size);
             emit(Step::Finished(i, r, l))?;
         }
     }
-    ControlFlow::Continue(())
+    emit(Step::Evicted(std::mem::take(&mut e.cache.evictions)))
 }
 
 impl<'a> Engine<'a> {
@@ -299,7 +328,6 @@ impl<'a> Engine<'a> {
                 } else {
                     req.prompt_tokens - req.cached_tokens.min(req.prompt_tokens)
                 },
-                req,
                 prefilled: 0,
                 generated: 0,
                 blocks: 0,
@@ -310,6 +338,8 @@ impl<'a> Engine<'a> {
                 finished: None,
                 aborted: false,
                 ledger: Ledger::default(),
+                chain: prefix::chain(&req.prompt_blocks),
+                req,
             })
             .collect();
         Engine {
@@ -321,6 +351,7 @@ impl<'a> Engine<'a> {
             running: Vec::new(),
             free_blocks: cfg.kv_blocks,
             iteration_id: first_iteration,
+            cache: PrefixLru::new(cfg.prefix_cache_blocks),
         }
     }
 
@@ -349,7 +380,7 @@ impl<'a> Engine<'a> {
                 self.waiting.pop_front();
                 self.states[i].finished = Some(now);
                 self.states[i].aborted = true;
-                let (r, l) = take_trace(&mut self.states[i], now);
+                let (r, l) = take_trace(&mut self.states[i], now, cfg.block_size);
                 emit(Step::Finished(i, r, l))?;
                 continue;
             }
@@ -357,6 +388,7 @@ impl<'a> Engine<'a> {
                 break;
             }
             self.waiting.pop_front();
+            self.look_up_prefix(i);
             self.free_blocks -= need;
             self.states[i].blocks = need;
             self.running.push(i);
@@ -366,6 +398,20 @@ impl<'a> Engine<'a> {
             }
         }
         ControlFlow::Continue(admitted)
+    }
+
+    /// A fresh prompt's cached blocks, with a cache model: its leading blocks the cache holds
+    /// now need no prefill (the last token is always computed, to sample from).
+    fn look_up_prefix(&mut self, i: usize) {
+        let s = &mut self.states[i];
+        let fresh = s.first_scheduled.is_none() && s.preemptions.is_empty();
+        if self.cfg.prefix_cache_blocks == 0 || s.chain.is_empty() || s.req.kv_received || !fresh {
+            return;
+        }
+        let hits = self.cache.hits(&s.chain) as u32;
+        let prompt = s.req.prompt_tokens;
+        s.req.cached_tokens = (hits * self.cfg.block_size).min(prompt.saturating_sub(1));
+        s.to_prefill = prompt - s.req.cached_tokens;
     }
 
     /// The step's work: with chunking, every decode and prompt chunks up to the token budget;
@@ -517,6 +563,9 @@ impl<'a> Engine<'a> {
             s.prefilled += n;
             // The step that completes a fresh prompt samples the first token.
             if s.prefilled >= s.to_prefill && s.generated == 0 {
+                if cfg.prefix_cache_blocks > 0 {
+                    self.cache.store(&s.chain, &s.req.id, end);
+                }
                 s.generated = 1;
                 s.tokens.push(token());
                 if let Some(keep) = cfg.ledger_gaps_over {
@@ -584,7 +633,7 @@ impl<'a> Engine<'a> {
         }))?;
         // Reported after the step that finished them, as an engine's tracer would.
         for i in done {
-            let (r, l) = take_trace(&mut self.states[i], now);
+            let (r, l) = take_trace(&mut self.states[i], now, cfg.block_size);
             emit(Step::Finished(i, r, l))?;
         }
         self.iteration_id += 1;

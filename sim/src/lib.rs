@@ -14,9 +14,11 @@ pub mod deliver;
 pub mod encoded;
 pub mod engine;
 mod error;
+pub mod families;
 pub mod fleet;
 pub mod ledger;
 pub mod load;
+pub mod prefix;
 mod rng;
 mod run;
 pub mod scenarios;
@@ -44,6 +46,7 @@ pub fn traffic(
     let mut output = Output {
         requests: Vec::new(),
         iterations: Vec::new(),
+        evictions: Vec::new(),
     };
     // Collecting never asks the engine to stop.
     let _ = traffic_events(profile, reqs, seed, &mut |e| {

@@ -71,7 +71,7 @@ impl Store {
                       count(*) FILTER (WHERE r.tpot_ns > $8)::int AS "tpot_over!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($13::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $13) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                GROUP BY 1 ORDER BY 1"#,
             f.instance_list(),
             f.engine,
@@ -85,6 +85,7 @@ impl Store {
             f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
+            f.fingerprint,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -128,7 +129,7 @@ impl Store {
                       sum((r.detail #>> '{words,unlikely}')::float8) AS unlikely
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($6::text IS NULL OR i.engine_version = $6)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($7::text[] IS NULL OR r.tenant = ANY($7)) AND ($8::text IS NULL OR r.lora_adapter = $8) AND ($9::int IS NULL OR r.priority = $9) AND r.arrival_ns >= $4 AND r.arrival_ns < $5"#,
+                 AND ($3::text IS NULL OR m.name = $3) AND ($7::text[] IS NULL OR r.tenant = ANY($7)) AND ($8::text IS NULL OR r.lora_adapter = $8) AND ($10::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $10) AND ($9::int IS NULL OR r.priority = $9) AND r.arrival_ns >= $4 AND r.arrival_ns < $5"#,
             f.instance_list(),
             f.engine,
             f.model,
@@ -138,6 +139,7 @@ impl Store {
             f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
+            f.fingerprint,
         )
         .fetch_one(&self.pool)
         .await?;
@@ -169,7 +171,7 @@ impl Store {
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                CROSS JOIN LATERAL (VALUES ('ttft', r.ttft_ns), ('tpot', r.tpot_ns)) AS h (metric, ns)
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($7::text IS NULL OR i.engine_version = $7)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($8::text[] IS NULL OR r.tenant = ANY($8)) AND ($9::text IS NULL OR r.lora_adapter = $9) AND ($10::int IS NULL OR r.priority = $10) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($8::text[] IS NULL OR r.tenant = ANY($8)) AND ($9::text IS NULL OR r.lora_adapter = $9) AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11) AND ($10::int IS NULL OR r.priority = $10) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND h.ns IS NOT NULL
                GROUP BY 1, 2 ORDER BY 1, 2"#,
             f.instance_list(),
@@ -182,6 +184,7 @@ impl Store {
             f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
+            f.fingerprint,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -201,7 +204,7 @@ impl Store {
             r#"SELECT max(r.arrival_ns) AS newest
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($4::text IS NULL OR i.engine_version = $4)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($5::text[] IS NULL OR r.tenant = ANY($5)) AND ($6::text IS NULL OR r.lora_adapter = $6) AND ($7::int IS NULL OR r.priority = $7)"#,
+                 AND ($3::text IS NULL OR m.name = $3) AND ($5::text[] IS NULL OR r.tenant = ANY($5)) AND ($6::text IS NULL OR r.lora_adapter = $6) AND ($8::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $8) AND ($7::int IS NULL OR r.priority = $7)"#,
             f.instance_list(),
             f.engine,
             f.model,
@@ -209,6 +212,7 @@ impl Store {
             f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
+            f.fingerprint,
         )
         .fetch_one(&self.pool)
         .await?)

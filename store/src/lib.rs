@@ -9,6 +9,7 @@ mod bytes;
 mod context;
 mod diagnoses;
 mod error;
+mod fingerprints;
 mod incidents;
 mod latency;
 mod live;
@@ -33,6 +34,7 @@ use tokenscope_core::model::Nanos;
 
 pub use diagnoses::{Alive, DiagnosisRow, Due, Stored, WorkerLock};
 pub use error::{Error, Result};
+pub use fingerprints::{Computed, FingerprintRow};
 
 pub use incidents::IncidentRow;
 pub use latency::{BinRow, LatencyRow, Quantiles, SetStats};

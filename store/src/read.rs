@@ -134,6 +134,8 @@ pub struct RequestFilter {
     pub tenants: Option<Vec<String>>,
     pub lora_adapter: Option<String>,
     pub priority: Option<i32>,
+    /// Requests whose prompt's block-hash chain holds this hash (16 hex digits): a prompt family.
+    pub fingerprint: Option<String>,
     pub order: Order,
     pub limit: i64,
     pub offset: i64,
@@ -145,9 +147,12 @@ impl RequestFilter {
         (!self.instances.is_empty()).then_some(&self.instances[..])
     }
 
-    /// Whether a tenant, adapter or priority narrows the requests.
+    /// Whether a tenant, adapter, priority or fingerprint narrows the requests.
     pub fn sliced(&self) -> bool {
-        self.tenants.is_some() || self.lora_adapter.is_some() || self.priority.is_some()
+        self.tenants.is_some()
+            || self.lora_adapter.is_some()
+            || self.priority.is_some()
+            || self.fingerprint.is_some()
     }
 }
 
@@ -240,7 +245,7 @@ impl Store {
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($16::text[] IS NULL OR r.tenant = ANY($16)) AND ($17::text IS NULL OR r.lora_adapter = $17) AND ($18::int IS NULL OR r.priority = $18)
+                 AND ($3::text IS NULL OR m.name = $3) AND ($16::text[] IS NULL OR r.tenant = ANY($16)) AND ($17::text IS NULL OR r.lora_adapter = $17) AND ($19::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $19) AND ($18::int IS NULL OR r.priority = $18)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
@@ -273,6 +278,7 @@ impl Store {
             f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
+            f.fingerprint,
         )
                 .fetch_all(&self.pool)
                 .await?
@@ -296,7 +302,7 @@ impl Store {
                     JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE d.causes @> ARRAY[$16::text] AND d.arrival_ns >= $4 AND d.arrival_ns < $5 AND ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text[] IS NULL OR r.tenant = ANY($17)) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($19::int IS NULL OR r.priority = $19)
+                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text[] IS NULL OR r.tenant = ANY($17)) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($20::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $20) AND ($19::int IS NULL OR r.priority = $19)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
@@ -330,6 +336,7 @@ impl Store {
             f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
+            f.fingerprint,
         )
                 .fetch_all(&self.pool)
                 .await?
@@ -413,7 +420,7 @@ impl Store {
                       r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($13::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $13) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($6, $7::text))
                ORDER BY r.arrival_ns, r.request_id
                LIMIT $8"#,
@@ -429,6 +436,7 @@ impl Store {
             f.tenants.as_deref(),
             f.lora_adapter,
             f.priority,
+            f.fingerprint,
         )
         .fetch_all(&self.pool)
         .await?;

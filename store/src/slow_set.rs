@@ -75,7 +75,7 @@ impl Store {
                   AND c.cell_ns >= $15 AND c.cell_ns < $5
                  WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
                    AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
-                   AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
+                   AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7) AND ($16::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $16)
                    AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                )
                SELECT CASE WHEN GROUPING(instance_key) = 0 THEN 'instance'
@@ -113,6 +113,7 @@ impl Store {
             buckets.prompt_tokens,
             buckets.batch_size,
             from.saturating_sub(1_000_000_000),
+            f.fingerprint,
         )
         .fetch_all(&self.pool)
         .await?;

@@ -2,6 +2,7 @@
 
 pub mod compare;
 pub mod diagnosis;
+pub mod fingerprint;
 pub mod metrics;
 pub mod pd;
 pub mod slow_set;

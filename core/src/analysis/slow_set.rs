@@ -94,6 +94,7 @@ impl Attribute {
             Attribute::Tenant => Some("tenant"),
             Attribute::Adapter => Some("adapter"),
             Attribute::Priority => Some("priority"),
+            Attribute::PromptStart => Some("fingerprint"),
             _ => None,
         }
     }

@@ -24,6 +24,7 @@ mod alerts;
 mod compare;
 mod diagnosis;
 mod export;
+mod fingerprints;
 mod import;
 pub mod incidents;
 mod latency;
@@ -85,6 +86,7 @@ pub fn router(state: AppState, keys: Option<Arc<IngestKeys>>) -> Router {
         .route("/api/v1/latency", get(latency::latency))
         .route("/api/v1/usage", get(usage::usage))
         .route("/api/v1/slow-set", get(slow_set::slow_set))
+        .route("/api/v1/fingerprints", get(fingerprints::fingerprints))
         .route("/api/v1/compare", get(compare::compare))
         .route("/api/v1/instances", get(list_instances))
         .route("/healthz", get(|| async { "ok" }))
@@ -115,6 +117,8 @@ pub struct ListParams {
     tenant: Option<String>,
     adapter: Option<String>,
     priority: Option<String>,
+    /// A prompt family: a block hash of the prompts' chains (16 hex digits).
+    fingerprint: Option<String>,
     ttft_ms: Option<String>,
     tpot_ms: Option<String>,
     order: Option<String>,
@@ -171,6 +175,19 @@ fn slice(
         non_empty(adapter),
         parse_num("priority", priority)?,
     ))
+}
+
+/// A fingerprint as the store keeps block hashes: 16 lowercase hex digits.
+fn fingerprint(v: Option<String>) -> Result<Option<String>> {
+    match non_empty(v) {
+        None => Ok(None),
+        Some(f) if f.len() == 16 && f.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Ok(Some(f.to_ascii_lowercase()))
+        }
+        Some(f) => Err(Error::InvalidArgument(format!(
+            "fingerprint={f:?} is not a block hash (16 hex digits)"
+        ))),
+    }
 }
 
 impl ListParams {
@@ -234,6 +251,7 @@ impl ListParams {
             tenants,
             lora_adapter,
             priority,
+            fingerprint: fingerprint(self.fingerprint)?,
             order,
             limit,
             offset,

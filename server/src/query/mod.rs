@@ -5,6 +5,7 @@
 pub mod alerts;
 pub mod diagnosis;
 pub mod findings;
+pub mod fingerprints;
 pub mod incidents;
 pub mod latency;
 pub mod requests;

@@ -181,6 +181,7 @@ fn victim_then_culprits() -> (Vec<InstanceRun>, Vec<InstanceRun>, Vec<String>) {
             output: tokenscope_sim::engine::Output {
                 requests: theirs,
                 iterations: Vec::new(),
+                evictions: Vec::new(),
             },
         });
         run.output.requests = rest;

@@ -15,6 +15,7 @@ mod durability;
 mod explorer_api;
 mod export;
 mod findings;
+mod fingerprints;
 mod import;
 mod incidents;
 mod ingest_batches;

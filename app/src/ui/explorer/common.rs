@@ -17,6 +17,7 @@ fn filtered(q: &ExplorerQuery, attribute: Attribute, value: &str) -> Option<Expl
         Attribute::Tenant => |q, v| q.tenant = v,
         Attribute::Adapter => |q, v| q.adapter = v,
         Attribute::Priority => |q, v| q.priority = v,
+        Attribute::PromptStart => |q, v| q.fingerprint = v,
         _ => return None,
     };
     Some(q.with(|q| set(q, value)))

@@ -172,6 +172,7 @@ pub fn Filters(
                 {slice("Tenant", q.tenant.clone(), "any", |q, v| q.tenant = v)}
                 {slice("Adapter", q.adapter.clone(), "any", |q, v| q.adapter = v)}
                 {slice("Priority", q.priority.clone(), "any", |q, v| q.priority = v)}
+                {slice("Family", q.fingerprint.clone(), "any prompt", |q, v| q.fingerprint = v)}
                 <form class="find" on:submit=find action="/" method="get">
                     <input node_ref=find_in name="find" type="search" data-testid="find"
                         placeholder="Find a request id or trace id…" value=q.find.clone()/>

@@ -3,6 +3,7 @@
 //! first, each row linking to its waterfall moment.
 
 mod common;
+mod families;
 mod filters;
 pub mod state;
 mod table;
@@ -14,7 +15,7 @@ use super::chart::{LatencyChart, Metric};
 use super::fetch::get_json;
 use super::live::{Badge, Link};
 use super::time::now_ns;
-use crate::api::{InstanceList, LatencySeries, RequestList, SlowSet};
+use crate::api::{Fingerprints, InstanceList, LatencySeries, RequestList, SlowSet};
 use crate::query::{build, opt};
 use state::{ExplorerQuery, PAGE_ROWS};
 
@@ -25,6 +26,8 @@ pub struct ExplorerData {
     pub list: RequestList,
     /// What the slow requests have in common, when the panel is open.
     pub slow_set: Option<SlowSet>,
+    /// The window's prompt families, when their panel is open.
+    pub families: Option<Fingerprints>,
 }
 
 async fn load(q: ExplorerQuery) -> Result<ExplorerData, String> {
@@ -63,10 +66,21 @@ async fn load(q: ExplorerQuery) -> Result<ExplorerData, String> {
     } else {
         None
     };
+    let families = if q.families {
+        let mut params = q.filters();
+        params.extend([
+            ("from", series.from_ns.to_string()),
+            ("to", series.to_ns.to_string()),
+        ]);
+        Some(get_json(format!("/api/v1/fingerprints{}", build(&params))).await?)
+    } else {
+        None
+    };
     Ok(ExplorerData {
         series,
         list,
         slow_set,
+        families,
     })
 }
 
@@ -120,9 +134,13 @@ pub fn Explorer() -> impl IntoView {
                             <figure><figcaption>"Time per output token"</figcaption>
                                 <LatencyChart series=d.series.clone() metric=Metric::Tpot brush=narrow/></figure>
                         </div>
-                        {(!query.get_untracked().common).then(|| view! { <common::OpenSlowSet query=query.get_untracked()/> })}
+                        <div class="panel-opens">
+                            {(!query.get_untracked().common).then(|| view! { <common::OpenSlowSet query=query.get_untracked()/> })}
+                            {(!query.get_untracked().families).then(|| view! { <families::OpenFamilies query=query.get_untracked()/> })}
+                        </div>
                     </section>
                     {d.slow_set.clone().map(|set| view! { <common::SlowSetPanel set=set query=query.get_untracked()/> })}
+                    {d.families.clone().map(|fp| view! { <families::FamiliesPanel fp=fp query=query.get_untracked()/> })}
                     <table::Requests data=d query=query.get_untracked()/>
                 }.into_any(),
             })}

@@ -36,11 +36,15 @@ pub struct ExplorerQuery {
     pub tenant: String,
     pub adapter: String,
     pub priority: String,
+    /// A prompt family: a block hash of the prompts' chains (16 hex digits), or empty.
+    pub fingerprint: String,
     pub order: String,
     pub page: u32,
     pub find: String,
     /// Whether the panel "what the slow requests have in common" is open.
     pub common: bool,
+    /// Whether the prompt families panel is open.
+    pub families: bool,
 }
 
 impl ExplorerQuery {
@@ -65,10 +69,12 @@ impl ExplorerQuery {
             tenant: s("tenant"),
             adapter: s("adapter"),
             priority: s("priority"),
+            fingerprint: s("fingerprint"),
             order: get("order").unwrap_or_else(|| DEFAULT_ORDER.into()),
             page: n("page").unwrap_or(0) as u32,
             find: s("find"),
             common: get("common").is_some_and(|v| v == "1"),
+            families: get("families").is_some_and(|v| v == "1"),
         }
     }
 
@@ -94,10 +100,12 @@ impl ExplorerQuery {
                 ("tenant", self.tenant.clone()),
                 ("adapter", self.adapter.clone()),
                 ("priority", self.priority.clone()),
+                ("fingerprint", self.fingerprint.clone()),
                 ("order", order),
                 ("page", opt((self.page > 0).then_some(self.page))),
                 ("find", self.find.clone()),
                 ("common", if self.common { "1" } else { "" }.into()),
+                ("families", if self.families { "1" } else { "" }.into()),
             ])
         )
     }
@@ -135,6 +143,7 @@ impl ExplorerQuery {
             ("tenant", self.tenant.clone()),
             ("adapter", self.adapter.clone()),
             ("priority", self.priority.clone()),
+            ("fingerprint", self.fingerprint.clone()),
         ]
     }
 
@@ -182,12 +191,14 @@ mod tests {
             order: "e2e_asc".into(),
             page: 2,
             common: true,
+            fingerprint: "07afe9d8e70901bd".into(),
+            families: true,
             ..ExplorerQuery::default()
         };
         let href = q.href();
         assert_eq!(
             href,
-            "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&cause=queue_backlog&tenant=acme%20%3C%2Ftitle%3E%3Cscript%3Ex%3C%2Fscript%3E&order=e2e_asc&page=2&common=1"
+            "/?instance=gpu-7%2Cgpu-8&range=1h&slo=breach&cause=queue_backlog&tenant=acme%20%3C%2Ftitle%3E%3Cscript%3Ex%3C%2Fscript%3E&fingerprint=07afe9d8e70901bd&order=e2e_asc&page=2&common=1&families=1"
         );
         let pairs = crate::query::parse(href.trim_start_matches('/'));
         let lookup = |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.clone());

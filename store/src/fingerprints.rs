@@ -1,0 +1,119 @@
+//! Reads prompt fingerprints: the block-hash chains (`detail.prefix_cache`) of a window's
+//! requests with what the families view needs beside them, and the prompt tokens an instance
+//! computed in an interval (whose allocations could have evicted a family's blocks).
+
+use tokenscope_core::model::{Nanos, PrefixCache};
+
+use super::{RequestFilter, Store};
+use crate::error::{Error, Result};
+
+/// A request with a fingerprint.
+pub struct FingerprintRow {
+    pub request_id: String,
+    pub instance: String,
+    pub arrival_ns: Nanos,
+    pub ttft_ns: Option<Nanos>,
+    pub cached_tokens: u32,
+    pub prefix_cache: PrefixCache,
+}
+
+/// Prompt tokens computed on an instance in an interval: in all, by how many requests, and the
+/// requests that computed the most.
+pub struct Computed {
+    pub tokens: u64,
+    pub requests: u64,
+    pub top: Vec<(String, u64)>,
+}
+
+impl Store {
+    /// The latest `limit` requests of `f`'s window that have a fingerprint, in arrival order, and
+    /// whether there were more.
+    pub async fn fingerprint_rows(
+        &self,
+        f: &RequestFilter,
+        limit: i64,
+    ) -> Result<(Vec<FingerprintRow>, bool)> {
+        let rows = sqlx::query!(
+            r#"SELECT r.request_id, i.instance_key, r.arrival_ns, r.ttft_ns, r.cached_tokens,
+                      r.detail -> 'prefix_cache' AS "prefix_cache!"
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+                 AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
+                 AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
+                 AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11)
+                 AND r.detail ? 'prefix_cache'
+               ORDER BY r.arrival_ns DESC, r.request_id LIMIT $10"#,
+            f.instance_list(),
+            f.engine,
+            f.model,
+            f.from_ns.unwrap_or(Nanos::MIN),
+            f.to_ns.unwrap_or(Nanos::MAX),
+            f.tenants.as_deref(),
+            f.lora_adapter,
+            f.priority,
+            f.engine_version,
+            limit + 1,
+            f.fingerprint,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let more = rows.len() as i64 > limit;
+        let mut out = rows
+            .into_iter()
+            .take(limit as usize)
+            .map(|r| {
+                let prefix_cache: PrefixCache =
+                    serde_json::from_value(r.prefix_cache).map_err(|e| {
+                        Error::Internal(format!(
+                            "request {:?}: stored prefix_cache: {e}",
+                            r.request_id
+                        ))
+                    })?;
+                Ok(FingerprintRow {
+                    request_id: r.request_id,
+                    instance: r.instance_key,
+                    arrival_ns: r.arrival_ns,
+                    ttft_ns: r.ttft_ns,
+                    cached_tokens: super::read::count(r.cached_tokens),
+                    prefix_cache,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        out.reverse();
+        Ok((out, more))
+    }
+
+    /// Prompt tokens computed (prompt less cached) by requests that arrived on `instance` in
+    /// [from, to), and the `top` requests that computed the most.
+    pub async fn computed_prompts(
+        &self,
+        instance: &str,
+        from_ns: Nanos,
+        to_ns: Nanos,
+        top: i64,
+    ) -> Result<Computed> {
+        let rows = sqlx::query!(
+            r#"SELECT r.request_id, (r.prompt_tokens - r.cached_tokens)::bigint AS "tokens!",
+                      sum(r.prompt_tokens - r.cached_tokens) OVER () AS "all!",
+                      count(*) OVER () AS "requests!"
+               FROM requests r JOIN instances i ON i.id = r.instance_id
+               WHERE i.instance_key = $1 AND r.arrival_ns >= $2 AND r.arrival_ns < $3
+               ORDER BY 2 DESC, r.request_id LIMIT $4"#,
+            instance,
+            from_ns,
+            to_ns,
+            top,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Computed {
+            tokens: rows.first().map_or(0, |r| r.all.max(0) as u64),
+            requests: rows.first().map_or(0, |r| r.requests.max(0) as u64),
+            top: rows
+                .into_iter()
+                .map(|r| (r.request_id, r.tokens.max(0) as u64))
+                .collect(),
+        })
+    }
+}
