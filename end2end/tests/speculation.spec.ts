@@ -2,7 +2,8 @@
 // request page: a request whose decode steps verified draft tokens; the word flow marks the
 // accepted drafts, the section says how many were accepted over how many steps, and the token
 // panel says of a token whether it was an accepted draft or the target model's own, with its
-// step's counts. Who asked and what the prefix cache served, in the waterfall's hover.
+// step's counts. Who asked and what the prefix cache served, in the waterfall's hover; the
+// lane's draft acceptance over the steps shown.
 import { test, expect, Page } from "@playwright/test";
 
 async function hydrated(page: Page) {
@@ -87,6 +88,26 @@ test("the waterfall's hover says who asked and what the cache served", async ({ 
   await expect(tip).toContainText(ID);
   await expect(tip).toContainText("tenant acme · LoRA sql-adapter · priority 2 · 64 of 120 prompt tokens from the cache");
   await page.screenshot({ path: "test-results/waterfall-hover-who.png" });
+});
+
+// The lane says how speculation went in the steps shown: three decode steps verified 3 drafts
+// each and kept 2, 3 and 0 (5 of 9, 56 %; (3 + 5) / 3 = 2.7 tokens a step); a step's hover has
+// its own counts.
+test("the waterfall's lane shows the steps' draft acceptance", async ({ page }) => {
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto(`/waterfall?instance=${INSTANCE}&from=${ms(-5)}&to=${ms(85)}`);
+  await page.waitForFunction(() => ((window as any).__tsFrameMs ?? []).length > 0, null, { timeout: 15_000 });
+  await expect(page.getByTestId("lane-spec")).toHaveText("56 % of drafts accepted · 2.7 tok/step");
+  const box = (await page.getByTestId("wf-canvas").boundingBox())!;
+  // Step 3 runs from 42 to 60 ms of the window's 90: hover its middle, in the lane.
+  await page.mouse.move(box.x + box.width * (51 + 5) / 90, box.y + 30);
+  await expect(page.getByTestId("wf-tip")).toContainText("drafts: 3 of 3 accepted (100 %), 4.0 tok/step");
+  await page.screenshot({ path: "test-results/waterfall-lane-spec.png" });
+  // The demo's speculating instance: one request's drafts mostly rejected among accepted ones.
+  await page.goto("/waterfall?instance=sim-spec");
+  await page.waitForFunction(() => ((window as any).__tsFrameMs ?? []).length > 0, null, { timeout: 15_000 });
+  await expect(page.getByTestId("lane-spec")).toContainText("% of drafts accepted");
+  await page.screenshot({ path: "test-results/waterfall-sim-spec.png" });
 });
 
 // The demo's speculation scenarios: one request whose drafts the target model nearly always

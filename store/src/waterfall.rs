@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use tokenscope_core::model::{Nanos, RequestTrace};
+use tokenscope_core::model::{DraftSums, Nanos, RequestTrace};
 
 use super::{REQUEST_LOOKBACK_NS, Store, read::count, token_block, write::Detail};
 use crate::error::{Error, Result};
@@ -44,6 +44,7 @@ pub struct BucketSum {
     pub prefill_tokens: u64,
     pub decode_tokens: u64,
     pub max_batch_size: u32,
+    pub drafts: DraftSums,
 }
 
 impl Store {
@@ -160,7 +161,9 @@ impl Store {
         let rows = sqlx::query!(
             r#"SELECT $3 + (cell_ns - $3) / $5 * $5 AS "start_ns!", max(end_ns) AS "end_ns!",
                       sum(steps)::int AS "steps!", sum(prefill_tokens)::bigint AS "prefill_tokens!",
-                      sum(decode_tokens)::bigint AS "decode_tokens!", max(max_batch_size) AS "max_batch_size!"
+                      sum(decode_tokens)::bigint AS "decode_tokens!", max(max_batch_size) AS "max_batch_size!",
+                      sum(draft_entries)::bigint AS "draft_entries!", sum(draft_proposed)::bigint AS "draft_proposed!",
+                      sum(draft_accepted)::bigint AS "draft_accepted!"
                FROM iteration_rollups
                WHERE instance_id = ANY($1) AND resolution_ns = $2 AND cell_ns >= $3 AND cell_ns < $4
                GROUP BY 1 ORDER BY 1"#,
@@ -182,6 +185,11 @@ impl Store {
                 prefill_tokens: u64::try_from(r.prefill_tokens).unwrap_or(0),
                 decode_tokens: u64::try_from(r.decode_tokens).unwrap_or(0),
                 max_batch_size: count(r.max_batch_size),
+                drafts: DraftSums {
+                    entries: u64::try_from(r.draft_entries).unwrap_or(0),
+                    proposed: u64::try_from(r.draft_proposed).unwrap_or(0),
+                    accepted: u64::try_from(r.draft_accepted).unwrap_or(0),
+                },
             })
             .collect())
     }

@@ -8,7 +8,7 @@ use std::collections::BinaryHeap;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::stages::{Stage, StageKind};
-use crate::model::Nanos;
+use crate::model::{DraftSums, Nanos};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Track {
@@ -61,6 +61,9 @@ pub struct Step {
     pub prefill_tokens: u32,
     pub decode_tokens: u32,
     pub batch_size: u32,
+    /// Speculative decoding in the step (absent without).
+    #[serde(default, skip_serializing_if = "DraftSums::is_empty")]
+    pub drafts: DraftSums,
 }
 
 /// Steps aggregated over one bucket of time (about a pixel).
@@ -72,6 +75,9 @@ pub struct Bucket {
     pub prefill_tokens: u64,
     pub decode_tokens: u64,
     pub max_batch_size: u32,
+    /// Speculative decoding in the bucket's steps (absent without).
+    #[serde(default, skip_serializing_if = "DraftSums::is_empty")]
+    pub drafts: DraftSums,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -103,6 +109,18 @@ pub struct Waterfall {
     #[serde(default)]
     pub clusters: Vec<Cluster>,
     pub lane: Lane,
+}
+
+impl Lane {
+    /// Speculative decoding over every step the lane holds.
+    pub fn drafts(&self) -> DraftSums {
+        let mut sums = DraftSums::default();
+        match self {
+            Lane::Steps { steps } => steps.iter().for_each(|s| sums.merge(s.drafts)),
+            Lane::Buckets { buckets, .. } => buckets.iter().for_each(|b| sums.merge(b.drafts)),
+        }
+        sums
+    }
 }
 
 /// Requests of one packed row too narrow to draw one by one, that follow each other closely:
@@ -159,6 +177,7 @@ pub fn bucketize(steps: &[Step], from: Nanos, bucket_ns: Nanos) -> Vec<Bucket> {
                 b.prefill_tokens += u64::from(s.prefill_tokens);
                 b.decode_tokens += u64::from(s.decode_tokens);
                 b.max_batch_size = b.max_batch_size.max(s.batch_size);
+                b.drafts.merge(s.drafts);
             }
             _ => out.push(Bucket {
                 start_ns: start,
@@ -167,6 +186,7 @@ pub fn bucketize(steps: &[Step], from: Nanos, bucket_ns: Nanos) -> Vec<Bucket> {
                 prefill_tokens: u64::from(s.prefill_tokens),
                 decode_tokens: u64::from(s.decode_tokens),
                 max_batch_size: s.batch_size,
+                drafts: s.drafts,
             }),
         }
     }
@@ -672,6 +692,11 @@ mod tests {
                     prefill_tokens: (s % 7) as u32,
                     decode_tokens: (e % 5) as u32,
                     batch_size: (s % 40) as u32,
+                    drafts: DraftSums {
+                        entries: (s % 3) as u64,
+                        proposed: (s % 3 * 4) as u64,
+                        accepted: (e % 3) as u64,
+                    },
                 })
                 .collect();
             steps.sort_by_key(|s| s.start_ns);
@@ -693,6 +718,11 @@ mod tests {
                     .map(|s| u64::from(s.prefill_tokens))
                     .sum::<u64>()
             );
+            let mut drafts = DraftSums::default();
+            steps.iter().for_each(|s| drafts.merge(s.drafts));
+            let mut summed = DraftSums::default();
+            b.iter().for_each(|x| summed.merge(x.drafts));
+            assert_eq!(summed, drafts, "seed {seed}: speculation is conserved too");
             assert!(b.windows(2).all(|w| w[0].start_ns < w[1].start_ns));
         }
     }

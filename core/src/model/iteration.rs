@@ -44,6 +44,45 @@ impl BatchEntry {
     }
 }
 
+/// Speculative decoding summed over steps (a step, a pixel's bucket, a rollup cell): how many
+/// request-steps verified drafts, how many drafts they verified, how many were accepted. Each
+/// such request-step made `accepted + 1` tokens, so tokens per step is
+/// `(entries + accepted) / entries`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DraftSums {
+    pub entries: u64,
+    pub proposed: u64,
+    pub accepted: u64,
+}
+
+impl DraftSums {
+    pub fn add(&mut self, d: Draft) {
+        self.entries += 1;
+        self.proposed += u64::from(d.proposed);
+        self.accepted += u64::from(d.accepted);
+    }
+
+    pub fn merge(&mut self, o: DraftSums) {
+        self.entries += o.entries;
+        self.proposed += o.proposed;
+        self.accepted += o.accepted;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// Accepted drafts per draft verified.
+    pub fn acceptance(&self) -> Option<f64> {
+        (self.proposed > 0).then(|| self.accepted as f64 / self.proposed as f64)
+    }
+
+    /// Tokens each speculating request got per step.
+    pub fn tokens_per_step(&self) -> Option<f64> {
+        (self.entries > 0).then(|| (self.entries + self.accepted) as f64 / self.entries as f64)
+    }
+}
+
 /// Draft tokens verified for one request in one step (`BatchEntry::draft`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Draft {
@@ -102,6 +141,15 @@ impl Iteration {
     /// Tokens the step decoded for its requests (speculation: the ones they kept).
     pub fn decoded(&self) -> u32 {
         self.batch.iter().map(BatchEntry::decoded).sum()
+    }
+
+    /// Its speculative decoding: requests that verified drafts, drafts verified, accepted.
+    pub fn drafts(&self) -> DraftSums {
+        let mut sums = DraftSums::default();
+        for d in self.batch.iter().filter_map(|e| e.draft) {
+            sums.add(d);
+        }
+        sums
     }
 
     /// Tokens the step computed in `phase` (speculation: drafts verified included).

@@ -13,7 +13,7 @@ mod resource;
 mod token;
 pub mod validate;
 
-pub use iteration::{BatchEntry, Draft, Iteration, Phase, StepLoad};
+pub use iteration::{BatchEntry, Draft, DraftSums, Iteration, Phase, StepLoad};
 pub use request::{
     FinishReason, KvTransfer, MAX_BLOCK_HASHES, OtherRequest, Preemption, PrefillChunk,
     PrefixCache, RequestTrace, SamplingParams, Served,

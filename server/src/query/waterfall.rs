@@ -11,7 +11,7 @@ use tokenscope_core::api::Stage;
 use tokenscope_core::model::{Nanos, RequestTrace, ms};
 
 use crate::error::{Error, Result};
-use crate::store::{Extent, RowKey, Store, count};
+use crate::store::{Extent, RowKey, Store, batch_block, count};
 
 const DEFAULT_WINDOW_NS: Nanos = 5 * 60 * 1_000_000_000;
 
@@ -241,6 +241,7 @@ async fn lane(store: &Store, ids: &[i32], from: Nanos, to: Nanos, width_px: u32)
             prefill_tokens: b.prefill_tokens,
             decode_tokens: b.decode_tokens,
             max_batch_size: b.max_batch_size,
+            drafts: b.drafts,
         })
         .collect();
     // The buckets may count a few steps from before `from` (the first cell starts at or before
@@ -263,16 +264,19 @@ async fn lane_steps(
     ids: &[i32],
     range: std::ops::Range<Nanos>,
 ) -> Result<Vec<Step>> {
-    Ok(store
+    store
         .steps_in(ids, range)
         .await?
         .into_iter()
-        .map(|s| Step {
-            start_ns: s.step.start_ns,
-            end_ns: s.step.end_ns,
-            prefill_tokens: count(s.step.prefill_tokens),
-            decode_tokens: count(s.step.decode_tokens),
-            batch_size: count(s.step.batch_size),
+        .map(|s| {
+            Ok(Step {
+                start_ns: s.step.start_ns,
+                end_ns: s.step.end_ns,
+                prefill_tokens: count(s.step.prefill_tokens),
+                decode_tokens: count(s.step.decode_tokens),
+                batch_size: count(s.step.batch_size),
+                drafts: batch_block::draft_sums(&s.batch)?,
+            })
         })
-        .collect())
+        .collect()
 }

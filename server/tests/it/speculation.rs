@@ -116,4 +116,40 @@ async fn steps_that_keep_several_tokens_of_a_request_time_and_diagnose_it_right(
         6 * 119,
         "every token after the first came from a decode step"
     );
+
+    // The lane's speculation, per step and summed into rollup cells for a wide window: what the
+    // engine's steps verified and kept.
+    let entries: u64 = run
+        .output
+        .iterations
+        .iter()
+        .flat_map(|it| &it.batch)
+        .filter(|e| e.draft.is_some())
+        .count() as u64;
+    let want = serde_json::json!({
+        "entries": entries, "proposed": drafted as u64, "accepted": kept as u64
+    });
+    let sum = |items: &serde_json::Value| {
+        let mut got = [0u64; 3];
+        for x in items.as_array().unwrap() {
+            for (k, key) in ["entries", "proposed", "accepted"].iter().enumerate() {
+                got[k] += x["drafts"][key].as_u64().unwrap_or(0);
+            }
+        }
+        serde_json::json!({"entries": got[0], "proposed": got[1], "accepted": got[2]})
+    };
+    assert_eq!(sum(&wf["lane"]["steps"]), want);
+    let first = &wf["lane"]["steps"][0];
+    assert!(
+        first.get("drafts").is_none(),
+        "a prefill-only step has none: {first}"
+    );
+    let (from, to) = (T0 - 3_600_000_000_000, T0 + 3_600_000_000_000);
+    let wide = app
+        .get_json(&format!(
+            "/api/v1/waterfall?instance=spec&from={from}&to={to}&width_px=50&rows=1"
+        ))
+        .await;
+    assert_eq!(wide["lane"]["lod"], "buckets", "{}", wide["lane"]);
+    assert_eq!(sum(&wide["lane"]["buckets"]), want);
 }

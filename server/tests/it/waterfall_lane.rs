@@ -27,6 +27,7 @@ async fn lane_buckets_equal_the_raw_steps_bucketed_on_the_same_grid() {
             prefill_tokens: i.tokens_in(Phase::Prefill),
             decode_tokens: i.tokens_in(Phase::Decode),
             batch_size: i.batch.len() as u32,
+            drafts: i.drafts(),
         })
         .collect();
     steps.sort_by_key(|s| s.start_ns);

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use tokenscope_core::model::{Iteration, Nanos};
+use tokenscope_core::model::{DraftSums, Iteration, Nanos};
 
 use crate::batch::ResourceBatch;
 use crate::batch_block;
@@ -51,7 +51,7 @@ pub(super) async fn insert(
     let keys = request_keys(tx, instance_id, &new).await?;
     let rows = StepRows::new(&new, &keys)?;
     insert_blocks(tx, instance_id, &Blocks::of(&rows)).await?;
-    add_to_rollups(tx, instance_id, &Cells::of(&rows.steps)).await?;
+    add_to_rollups(tx, instance_id, &Cells::of(&rows)).await?;
     Ok(new.len() as u64)
 }
 
@@ -88,14 +88,17 @@ async fn add_to_rollups(
 ) -> Result<()> {
     sqlx::query!(
         r#"INSERT INTO iteration_rollups AS r (instance_id, resolution_ns, cell_ns, steps, end_ns,
-               prefill_tokens, decode_tokens, max_batch_size)
+               prefill_tokens, decode_tokens, max_batch_size, draft_entries, draft_proposed, draft_accepted)
            SELECT $1::int, * FROM UNNEST($2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[],
-               $7::bigint[], $8::int[])
+               $7::bigint[], $8::int[], $9::bigint[], $10::bigint[], $11::bigint[])
            ON CONFLICT (instance_id, resolution_ns, cell_ns) DO UPDATE SET
                steps = r.steps + EXCLUDED.steps, end_ns = GREATEST(r.end_ns, EXCLUDED.end_ns),
                prefill_tokens = r.prefill_tokens + EXCLUDED.prefill_tokens,
                decode_tokens = r.decode_tokens + EXCLUDED.decode_tokens,
-               max_batch_size = GREATEST(r.max_batch_size, EXCLUDED.max_batch_size)"#,
+               max_batch_size = GREATEST(r.max_batch_size, EXCLUDED.max_batch_size),
+               draft_entries = r.draft_entries + EXCLUDED.draft_entries,
+               draft_proposed = r.draft_proposed + EXCLUDED.draft_proposed,
+               draft_accepted = r.draft_accepted + EXCLUDED.draft_accepted"#,
         instance_id,
         &cells.resolution_ns,
         &cells.cell_ns,
@@ -104,6 +107,9 @@ async fn add_to_rollups(
         &cells.prefill_tokens,
         &cells.decode_tokens,
         &cells.max_batch_size,
+        &cells.draft_entries,
+        &cells.draft_proposed,
+        &cells.draft_accepted,
     )
     .execute(&mut *tx)
     .await?;
@@ -163,6 +169,8 @@ async fn stored_steps(
 struct StepRows {
     steps: Vec<Step>,
     batches: Vec<Vec<u8>>,
+    /// Each step's speculative decoding (the rollups sum it).
+    drafts: Vec<DraftSums>,
 }
 
 impl StepRows {
@@ -171,6 +179,7 @@ impl StepRows {
         its.sort_by_key(|i| (i.start_ns, i.iteration_id));
         Ok(Self {
             steps: its.iter().map(|i| Step::of(i)).collect(),
+            drafts: its.iter().map(|i| i.drafts()).collect(),
             batches: its
                 .iter()
                 .map(|i| batch_block::encode(&i.batch, keys))
@@ -224,10 +233,13 @@ struct Cells {
     prefill_tokens: Vec<i64>,
     decode_tokens: Vec<i64>,
     max_batch_size: Vec<i32>,
+    draft_entries: Vec<i64>,
+    draft_proposed: Vec<i64>,
+    draft_accepted: Vec<i64>,
 }
 
 impl Cells {
-    fn of(steps: &[Step]) -> Self {
+    fn of(rows: &StepRows) -> Self {
         #[derive(Clone, Copy)]
         struct Sum {
             steps: i32,
@@ -235,11 +247,12 @@ impl Cells {
             prefill: i64,
             decode: i64,
             max_batch: i32,
+            drafts: DraftSums,
         }
         // Ordered, so that concurrent writers of one instance (serialised by its lock anyway)
         // and the tests see one order.
         let mut sums = std::collections::BTreeMap::<(i64, i64), Sum>::new();
-        for step in steps {
+        for (step, drafts) in rows.steps.iter().zip(&rows.drafts) {
             for res in super::super::ROLLUP_NS {
                 // Starts are validated to lie in 2000–2100, so they are positive and division
                 // truncates as Postgres's does.
@@ -250,12 +263,14 @@ impl Cells {
                     prefill: 0,
                     decode: 0,
                     max_batch: i32::MIN,
+                    drafts: DraftSums::default(),
                 });
                 s.steps += 1;
                 s.end_ns = s.end_ns.max(step.end_ns);
                 s.prefill += i64::from(step.prefill_tokens);
                 s.decode += i64::from(step.decode_tokens);
                 s.max_batch = s.max_batch.max(step.batch_size);
+                s.drafts.merge(*drafts);
             }
         }
         let mut cells = Cells::default();
@@ -267,6 +282,10 @@ impl Cells {
             cells.prefill_tokens.push(s.prefill);
             cells.decode_tokens.push(s.decode);
             cells.max_batch_size.push(s.max_batch);
+            let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            cells.draft_entries.push(int(s.drafts.entries));
+            cells.draft_proposed.push(int(s.drafts.proposed));
+            cells.draft_accepted.push(int(s.drafts.accepted));
         }
         cells
     }

@@ -8,7 +8,7 @@ use super::geometry::Viewport;
 use super::{AXIS_H, LANE_H, ROW_H, Selection};
 use crate::analysis::waterfall::{Lane, Waterfall};
 use crate::api::StageKind;
-use crate::model::Nanos;
+use crate::model::{DraftSums, Nanos};
 use crate::ui::time::{Zone, clock, tick_step, ticks};
 
 pub const QUEUED: &str = "#bbbbbb";
@@ -187,9 +187,10 @@ fn token_ticks(ctx: &CanvasRenderingContext2d, f: &Frame, times: &[Nanos], y: f6
     }
 }
 
-/// The iteration lane: per step (or per bucket) prefill tokens stacked under decode tokens.
+/// The iteration lane: per step (or per bucket) prefill tokens stacked under decode tokens; with
+/// speculative decoding, a strip along its top coloured by the share of drafts accepted.
 pub fn lane(ctx: &CanvasRenderingContext2d, v: &Viewport, lane: &Lane, y: f64, h: f64) {
-    let bars: Vec<(Nanos, Nanos, f64, f64)> = match lane {
+    let bars: Vec<(Nanos, Nanos, f64, f64, DraftSums)> = match lane {
         Lane::Steps { steps } => steps
             .iter()
             .map(|s| {
@@ -198,6 +199,7 @@ pub fn lane(ctx: &CanvasRenderingContext2d, v: &Viewport, lane: &Lane, y: f64, h
                     s.end_ns,
                     f64::from(s.prefill_tokens),
                     f64::from(s.decode_tokens),
+                    s.drafts,
                 )
             })
             .collect(),
@@ -211,14 +213,21 @@ pub fn lane(ctx: &CanvasRenderingContext2d, v: &Viewport, lane: &Lane, y: f64, h
                     b.start_ns + bucket_ns,
                     b.prefill_tokens as f64 / per,
                     b.decode_tokens as f64 / per,
+                    b.drafts,
                 )
             })
             .collect(),
     };
+    let strip = if lane.drafts().is_empty() {
+        0.0
+    } else {
+        SPEC_STRIP_H
+    };
+    let (y, h) = (y + strip, h - strip);
     let max = bars.iter().map(|b| b.2 + b.3).fold(1.0, f64::max);
     ctx.set_fill_style_str("#f3f5f8");
-    ctx.fill_rect(0.0, y, f64::from(v.width), h);
-    for (s, e, p, d) in bars {
+    ctx.fill_rect(0.0, y - strip, f64::from(v.width), h + strip);
+    for (s, e, p, d, drafts) in bars {
         let (x0, x1) = (v.x(s), v.x(e));
         if x1 < 0.0 || x0 > f64::from(v.width) {
             continue;
@@ -232,7 +241,33 @@ pub fn lane(ctx: &CanvasRenderingContext2d, v: &Viewport, lane: &Lane, y: f64, h
         ctx.fill_rect(x0, y + h - ph, bw, ph);
         ctx.set_fill_style_str(DECODE);
         ctx.fill_rect(x0, y + h - ph - dh, bw, dh);
+        if let Some(a) = drafts.acceptance() {
+            ctx.set_fill_style_str(&acceptance_colour(a));
+            ctx.fill_rect(x0, y - strip, bw, strip - 2.0);
+        }
     }
+}
+
+/// Height of the lane's speculation strip, when the steps speculate.
+pub const SPEC_STRIP_H: f64 = 8.0;
+
+/// Drafts accepted, from none (vermillion: speculation costs more than it saves) through half
+/// (amber) to all (bluish green), on the Okabe–Ito colours the phases use.
+pub fn acceptance_colour(a: f64) -> String {
+    let (lo, mid, hi) = ((213.0, 94.0, 0.0), (230.0, 159.0, 0.0), (0.0, 158.0, 115.0));
+    let a = a.clamp(0.0, 1.0);
+    let (from, to, t) = if a < 0.5 {
+        (lo, mid, a * 2.0)
+    } else {
+        (mid, hi, a * 2.0 - 1.0)
+    };
+    let mix = |x: f64, y: f64| (x + (y - x) * t).round() as u8;
+    format!(
+        "rgb({},{},{})",
+        mix(from.0, to.0),
+        mix(from.1, to.1),
+        mix(from.2, to.2)
+    )
 }
 
 fn axis(ctx: &CanvasRenderingContext2d, v: &Viewport, zone: &Zone, y: f64, tracks_h: f64) {

@@ -28,7 +28,7 @@ use super::time::{Zone, date_time, span};
 use crate::analysis::diagnosis::Diagnosis;
 use crate::analysis::waterfall::Waterfall;
 use crate::api::{InstanceList, RequestList};
-use crate::model::Nanos;
+use crate::model::{DraftSums, Nanos};
 use crate::query::{build, encode};
 use geometry::Viewport;
 use state::WaterfallQuery;
@@ -40,6 +40,15 @@ pub const MINIMAP_H: f64 = 34.0;
 /// Rows fetched above and below the visible ones, so a scroll seldom shows empty rows.
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 const ROW_MARGIN: u32 = 40;
+
+/// `spec: 44 % of drafts accepted · 2.8 tokens a step`, over what the lane holds.
+pub fn drafts_line(d: &DraftSums) -> Option<String> {
+    Some(format!(
+        "{:.0} % of drafts accepted · {:.1} tok/step",
+        d.acceptance()? * 100.0,
+        d.tokens_per_step()?
+    ))
+}
 
 /// What the selected request adds to the picture.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -315,7 +324,11 @@ fn Waterfall(q: WaterfallQuery) -> impl IntoView {
                     <div class="wf-spacer" style=move || format!("height:{}px", LANE_H + AXIS_H + f64::from(rows_total() + 1) * ROW_H)>
                         <div class="wf-sticky">
                             <div class="wf-label-col wf-labels">
-                                <div class="wf-lane-label" style=format!("height:{LANE_H}px")>"engine steps"<br/><small><i class="sw-prefill"></i>"prefill "<i class="sw-decode"></i>"decode tok"</small></div>
+                                <div class="wf-lane-label" style=format!("height:{LANE_H}px")>"engine steps"<br/><small><i class="sw-prefill"></i>"prefill "<i class="sw-decode"></i>"decode tok"</small>
+                                    {move || wf.data.with(|d| d.as_ref().and_then(|d| drafts_line(&d.lane.drafts()))).map(|l| view! {
+                                        <small class="lane-spec" data-testid="lane-spec" title="Speculative decoding in the steps shown: the strip along the lane's top goes from vermillion (few drafts accepted) to green (most)"><i class="sw-spec"></i>{l}</small>
+                                    })}
+                                </div>
                                 <div style=format!("height:{AXIS_H}px")></div>
                                 <RowLabels wf=wf/>
                             </div>
