@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 // What the analysis computes is part of the contract as it is: the API names those types here.
+pub use crate::analysis::answers::{AnswerDrift, AnswerPair, AnswerRef};
 pub use crate::analysis::compare::{CauseCount, CompareSide, Delta, HistogramBin, WordChoice};
 pub use crate::analysis::fingerprint::{
     Family, Fingerprints, HitCell, MissWhy, Pressure, WarmMiss,
@@ -244,6 +245,9 @@ pub struct Comparison {
     pub a: CompareSide,
     pub b: CompareSide,
     pub deltas: Vec<Delta>,
+    /// The same prompts' answers on both sides (when the engines sent prompt fingerprints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<AnswerDrift>,
 }
 
 /// What an incident froze: the window's waterfall (victims and culprits pulled together) and each

@@ -52,7 +52,8 @@ test("the slow requests of the fleet have the release candidate in common", asyn
 });
 
 // The same fleet in compare: the release candidate's side decodes slower and its answers end
-// sooner; the word-choice table and the headline say so.
+// sooner; the word-choice table and the headline say so, and the same prompts' answers side by
+// side show where B's part from A's.
 test("compare shows the release candidate's shorter answers beside its slower decode", async ({ page, request }) => {
   const series = await (await request.get(`/api/v1/latency?instance=${FLEET}&width_px=280`)).json();
   const w = (s: string) => `${s}_from=${series.from_ns}&${s}_to=${series.to_ns}`;
@@ -69,4 +70,21 @@ test("compare shows the release candidate's shorter answers beside its slower de
   await expect(length.locator("td.bad")).toHaveCount(1);
   await words.scrollIntoViewIfNeeded();
   await page.screenshot({ path: "test-results/compare-words.png" });
+
+  // The same prompts, answered on both sides: B's answers part from A's where B ends; A answers
+  // a prompt alike each time it is asked.
+  const d = api.answers;
+  expect(d.differ).toBe(d.compared);
+  expect(d.within_a_differ).toBe(0);
+  const same = page.getByTestId("same-prompt");
+  await expect(page.getByTestId("same-prompt-lead")).toContainText(
+    `For ${d.differ} of the ${d.compared} prompts both sides were asked, B's answer differed from A's: they part at token ${d.position[1]}`);
+  await expect(page.getByTestId("same-prompt-lead")).toContainText(
+    `answered differently 0 of ${d.within_a_compared} times (0 %): the difference is B's.`);
+  const pair = page.getByTestId("answer-pair");
+  await expect(pair.locator('[data-side="A"] a')).toHaveText(d.example.a.request_id);
+  await expect(pair.locator('[data-side="B"] a')).toHaveText(d.example.b.request_id);
+  await expect(pair.locator('[data-side="B"] .tk.part')).toHaveText(/<\|endoftext\|>|\(ended\)/);
+  await same.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: "test-results/compare-same-prompt.png" });
 });

@@ -119,7 +119,7 @@ pub fn families(start: Nanos, seed: u64) -> (Vec<InstanceRun>, FamilyTruth) {
         let mut output = engine::run(&cfg, reqs, &mut rng, first_iteration);
         let mut words = Rng::new(seed ^ k);
         for r in &mut output.requests {
-            scenarios::give_words(r, scenarios::traffic_ending(&r.request_id), &mut words);
+            scenarios::answer(r, &mut words);
             tenants::serve(r);
         }
         let system_chain = &template_chain[..SYSTEM_BLOCKS];

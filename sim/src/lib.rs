@@ -78,7 +78,7 @@ pub fn traffic_events(
     let first_iteration = 1 + rng.below(1000) * 1000;
     engine::stream(&cfg, reqs, &mut rng, first_iteration, &mut |mut e| {
         if let Event::Finished(r) = &mut e {
-            scenarios::give_words(r, scenarios::traffic_ending(&r.request_id), &mut words);
+            scenarios::answer(r, &mut words);
             tenants::serve(r);
         }
         emit(e)

@@ -102,6 +102,25 @@ pub fn give_words(r: &mut RequestTrace, ending: Ending, rng: &mut Rng) {
     };
 }
 
+/// Gives a finished request of synthetic traffic its words. A request whose prompt is known (a
+/// block-hash chain) is answered as greedy decoding would: the same prompt, the same words and
+/// ending, whoever asks (so the same answer is given twice unless the engine changed); others
+/// draw from `words`.
+pub fn answer(r: &mut RequestTrace, words: &mut Rng) {
+    match r
+        .served
+        .prefix_cache
+        .as_ref()
+        .and_then(|p| p.block_hashes.last())
+    {
+        Some(&prompt) => {
+            let ending = traffic_ending(&format!("{prompt:x}"));
+            give_words(r, ending, &mut Rng::new(prompt));
+        }
+        None => give_words(r, traffic_ending(&r.request_id), words),
+    }
+}
+
 /// How synthetic or replayed traffic ends: on a confident EOS, or at max_tokens one time in five.
 pub fn traffic_ending(id: &str) -> Ending {
     if id.bytes().map(u32::from).sum::<u32>() % 5 == 0 {

@@ -3,6 +3,7 @@
 //! readers that return model values and rows. It imports nothing from ingest, analysis or the
 //! API; the server's query layer makes views of what it returns.
 
+mod answers;
 pub mod batch;
 pub mod batch_block;
 mod bytes;
@@ -32,6 +33,7 @@ use sqlx::{PgPool, postgres::PgPoolOptions};
 
 use tokenscope_core::model::Nanos;
 
+pub use answers::{AnswerRow, PromptKeyRow};
 pub use diagnoses::{Alive, DiagnosisRow, Due, Stored, WorkerLock};
 pub use error::{Error, Result};
 pub use fingerprints::{Computed, FingerprintRow};

@@ -160,6 +160,9 @@ pub struct CompareSide {
     pub lora_adapter: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
+    /// A prompt family (block hash) the side is narrowed to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
     pub from_ns: Nanos,
     pub to_ns: Nanos,
     pub requests: u64,
@@ -270,6 +273,7 @@ mod tests {
             tenant: None,
             lora_adapter: None,
             priority: None,
+            fingerprint: None,
             from_ns: 0,
             to_ns: 1,
             requests: 100,

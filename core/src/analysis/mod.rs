@@ -1,5 +1,6 @@
 //! Pure analysis over the trace model (no IO; builds for wasm32): metrics, stages, token views.
 
+pub mod answers;
 pub mod compare;
 pub mod diagnosis;
 pub mod fingerprint;

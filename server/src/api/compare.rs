@@ -15,7 +15,7 @@ use tokenscope_core::model::Nanos;
 use super::{ListParams, ThresholdParams, width_px};
 use crate::access::Scope;
 use crate::error::{Error, Result};
-use crate::query::latency;
+use crate::query::{answers, latency};
 use crate::store::{RequestFilter, Store};
 
 /// A side without a window: B is the hour (or `span_s`) before the newest request, A the same
@@ -23,7 +23,7 @@ use crate::store::{RequestFilter, Store};
 /// priority).
 const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
 
-/// `a_instance=&a_engine=&a_engine_version=&a_model=&a_tenant=&a_adapter=&a_priority=&a_from=&a_to=`
+/// `a_instance=&a_engine=&a_engine_version=&a_model=&a_tenant=&a_adapter=&a_priority=&a_fingerprint=&a_from=&a_to=`
 /// and the same with `b_`, plus `width_px`
 /// (of the charts), `ttft_ms` and `tpot_ms` (the SLOs of both sides), and `span_s`: the length
 /// of a side whose window is not given (default an hour).
@@ -64,10 +64,14 @@ pub(super) async fn compare(
     // Two tenants (adapters, priorities) compare over the same time; otherwise A is before B.
     let same_time = a.from_ns.is_none()
         && a.to_ns.is_none()
-        && (a.tenants != b.tenants || a.lora_adapter != b.lora_adapter || a.priority != b.priority);
+        && (a.tenants != b.tenants
+            || a.lora_adapter != b.lora_adapter
+            || a.priority != b.priority
+            || a.fingerprint != b.fingerprint);
     let a_to = *a.to_ns.get_or_insert(if same_time { b_to } else { b_from });
     a.from_ns.get_or_insert(a_to - (b_to - b_from));
     ordered(&a, "a")?;
+    let answers = answers::answer_drift(&store, &a, &b).await?;
     let a = latency::compare_side(&store, &a, width, &th).await?;
     let b = latency::compare_side(&store, &b, width, &th).await?;
     let deltas = deltas(&a, &b);
@@ -76,6 +80,7 @@ pub(super) async fn compare(
         a,
         b,
         deltas,
+        answers,
     }))
 }
 
@@ -100,6 +105,7 @@ fn side(p: &mut HashMap<String, String>, prefix: &str) -> Result<RequestFilter> 
         tenant: take("tenant"),
         adapter: take("adapter"),
         priority: take("priority"),
+        fingerprint: take("fingerprint"),
         from: take("from"),
         to: take("to"),
         ..ListParams::default()

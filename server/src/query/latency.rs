@@ -122,6 +122,7 @@ pub async fn compare_side(
         tenant: f.tenants.as_ref().map(|t| t.join(",")),
         lora_adapter: f.lora_adapter.clone(),
         priority: f.priority,
+        fingerprint: f.fingerprint.clone(),
         from_ns: f.from_ns.unwrap_or(Nanos::MIN),
         to_ns: f.to_ns.unwrap_or(Nanos::MAX),
         requests: s.requests,

@@ -3,6 +3,7 @@
 //! persistence (it imports nothing from analysis or the API).
 
 pub mod alerts;
+pub mod answers;
 pub mod diagnosis;
 pub mod findings;
 pub mod fingerprints;

@@ -5,6 +5,7 @@
 
 mod access;
 mod alerts;
+mod answers;
 mod batch_refs;
 mod budget;
 mod common;

@@ -46,6 +46,7 @@ pub fn SideForm(current: Option<(CompareSide, CompareSide)>) -> impl IntoView {
             "model" => s.model.clone().unwrap_or_default(),
             "tenant" => s.tenant.clone().unwrap_or_default(),
             "adapter" => s.lora_adapter.clone().unwrap_or_default(),
+            "fingerprint" => s.fingerprint.clone().unwrap_or_default(),
             "from" => input_value(s.from_ns, &zone.get_untracked()),
             _ => input_value(s.to_ns, &zone.get_untracked()),
         }

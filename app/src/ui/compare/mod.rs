@@ -3,6 +3,7 @@
 //! percentile charts, a delta table, overlaid histograms, the diagnosis causes, the tenants'
 //! GPU time and the answers' word choice on each side.
 
+mod answers;
 mod form;
 mod usage;
 mod words;
@@ -18,13 +19,14 @@ use crate::api::{CompareSide, Comparison, Delta, HistogramBin};
 use crate::query::build;
 
 /// The parameters a comparison is made of, as they stand in the page's URL and the API's.
-pub const KEYS: [&str; 16] = [
+pub const KEYS: [&str; 18] = [
     "a_instance",
     "a_engine",
     "a_engine_version",
     "a_model",
     "a_tenant",
     "a_adapter",
+    "a_fingerprint",
     "a_from",
     "a_to",
     "b_instance",
@@ -33,6 +35,7 @@ pub const KEYS: [&str; 16] = [
     "b_model",
     "b_tenant",
     "b_adapter",
+    "b_fingerprint",
     "b_from",
     "b_to",
 ];
@@ -113,6 +116,7 @@ fn side_name(s: &CompareSide, zone: &Zone) -> String {
         s.engine_version.clone(),
         s.tenant.as_ref().map(|t| format!("tenant {t}")),
         s.lora_adapter.as_ref().map(|a| format!("adapter {a}")),
+        s.fingerprint.as_ref().map(|f| format!("prompt family {f}")),
     ]
     .into_iter()
     .flatten()
@@ -166,6 +170,7 @@ fn Report(c: Comparison) -> impl IntoView {
             <section class="panel"><h2>"GPU time by tenant"</h2>{usage}</section>
             <section class="panel"><h2>"Word choice"</h2>{words}</section>
         </div>
+        {c.answers.clone().map(|d| view! { <answers::SamePrompt d=d/> })}
         <section class="panel">
             <h2>"Latency distribution per request"</h2>
             <div class="chart-pair">

@@ -1,0 +1,93 @@
+//! Reads what compare needs to set answers side by side: the requests of a window keyed by their
+//! prompt (its block-hash chain, chain length and prompt length: equal keys, equal prompts as far
+//! as the engine's hashes tell), and the token ids of chosen requests' answers.
+
+use tokenscope_core::model::Nanos;
+
+use super::{RequestFilter, Store, token_block};
+use crate::error::Result;
+
+/// A request with a known prompt.
+pub struct PromptKeyRow {
+    pub key: String,
+    pub instance_id: i32,
+    pub instance: String,
+    pub request_id: String,
+    pub arrival_ns: Nanos,
+}
+
+/// A request's answer as token ids (`None` for tokens stored without one).
+pub struct AnswerRow {
+    pub instance_id: i32,
+    pub request_id: String,
+    pub arrival_ns: Nanos,
+    pub token_ids: Vec<Option<u32>>,
+}
+
+impl Store {
+    /// The first `limit` requests of `f`'s window with a fingerprint, oldest first, each with its
+    /// prompt's key.
+    pub async fn prompt_keys(&self, f: &RequestFilter, limit: i64) -> Result<Vec<PromptKeyRow>> {
+        Ok(sqlx::query_as!(
+            PromptKeyRow,
+            r#"SELECT md5((r.detail -> 'prefix_cache' -> 'block_hashes')::text || ':'
+                          || (r.detail -> 'prefix_cache' ->> 'blocks') || ':' || r.prompt_tokens) AS "key!",
+                      r.instance_id, i.instance_key AS instance, r.request_id, r.arrival_ns
+               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+                 AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
+                 AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
+                 AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11)
+                 AND r.detail ? 'prefix_cache' AND r.output_tokens > 0
+               ORDER BY r.arrival_ns, r.request_id LIMIT $10"#,
+            f.instance_list(),
+            f.engine,
+            f.model,
+            f.from_ns.unwrap_or(Nanos::MIN),
+            f.to_ns.unwrap_or(Nanos::MAX),
+            f.tenants.as_deref(),
+            f.lora_adapter,
+            f.priority,
+            f.engine_version,
+            limit,
+            f.fingerprint,
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The answers of the requests `keys` names (instance id, request id, arrival), as token ids.
+    pub async fn answer_tokens(&self, keys: &[(i32, String, Nanos)]) -> Result<Vec<AnswerRow>> {
+        let (ids, names, arrivals): (Vec<i32>, Vec<String>, Vec<Nanos>) =
+            keys.iter().cloned().collect();
+        let rows = sqlx::query!(
+            r#"SELECT r.instance_id, r.request_id, r.arrival_ns, r.tokens
+               FROM requests r JOIN UNNEST($1::int[], $2::text[], $3::bigint[]) AS k (instance_id, request_id, arrival_ns)
+                 ON r.instance_id = k.instance_id AND r.request_id = k.request_id AND r.arrival_ns = k.arrival_ns"#,
+            &ids,
+            &names,
+            &arrivals,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let token_ids = match &r.tokens {
+                    Some(block) => token_block::decode(block, r.arrival_ns)?
+                        .0
+                        .into_iter()
+                        .map(|t| t.token_id)
+                        .collect(),
+                    None => Vec::new(),
+                };
+                Ok(AnswerRow {
+                    instance_id: r.instance_id,
+                    request_id: r.request_id,
+                    arrival_ns: r.arrival_ns,
+                    token_ids,
+                })
+            })
+            .collect()
+    }
+}
