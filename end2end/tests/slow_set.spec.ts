@@ -38,6 +38,22 @@ test("the slow requests of the fleet have the release candidate in common", asyn
   expect(html).toContain('data-testid="slow-set"');
   expect(html).toContain("0.12.0-rc1");
 
+  // A bucket is one click from a filter too: the batch at arrival, shown as a chip that removes it.
+  const batch = page.locator('[data-testid="common-row"][data-attribute="batch_at_arrival"]').first();
+  const label = (await batch.getByTestId("common-value").innerText()).trim();
+  const [lo, hi] = label.replace(" requests", "").split("–").map(Number);
+  await batch.getByTestId("common-value").locator("a").click();
+  await expect(page).toHaveURL(new RegExp(`batch_min=${lo}&batch_max=${hi + 1}`));
+  const chip = page.getByTestId("bucket-filter");
+  await expect(chip).toHaveText(`batch at arrival ${lo}–${hi} requests ✕`);
+  const narrowed = await (await request.get(`/api/v1/requests?instance=${FLEET}&from=${series.from_ns}&to=${series.to_ns}&batch_min=${lo}&batch_max=${hi + 1}&limit=1`)).json();
+  const row = api.separators.find((x: any) => x.attribute === "batch_at_arrival");
+  expect(narrowed.total).toBe(row.slow + row.rest);
+  await page.screenshot({ path: "test-results/slow-set-bucket.png" });
+  await chip.click();
+  await expect(page).not.toHaveURL(/batch_min/);
+  await expect(page.getByTestId("bucket-filter")).toHaveCount(0);
+
   // One click: the explorer shows the release candidate's requests only, panel still open.
   await first.getByTestId("common-value").locator("a").click();
   await expect(page).toHaveURL(/version=0\.12\.0-rc1/);

@@ -38,7 +38,7 @@ impl Store {
                  AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
                  AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
                  AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
-                 AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11)
+                 AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
                  AND r.detail ? 'prefix_cache' AND r.output_tokens > 0
                ORDER BY r.arrival_ns, r.request_id LIMIT $10"#,
             f.instance_list(),
@@ -52,6 +52,12 @@ impl Store {
             f.engine_version,
             limit,
             f.fingerprint,
+            f.prompt_tokens.0,
+            f.prompt_tokens.1,
+            f.cached_share,
+            f.hour,
+            f.batch_size.0,
+            f.batch_size.1,
         )
         .fetch_all(&self.pool)
         .await?)

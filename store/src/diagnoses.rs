@@ -391,11 +391,11 @@ impl Store {
                FROM diagnoses d JOIN instances i ON i.id = d.instance_id, unnest(d.causes) AS c(cause)
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
                  AND ($3::text IS NULL OR i.engine_version = $3)
-                 AND (($4::text IS NULL AND $8::text[] IS NULL AND $9::text IS NULL AND $10::int IS NULL AND $14::text IS NULL)
+                 AND (($4::text IS NULL AND $8::text[] IS NULL AND $9::text IS NULL AND $10::int IS NULL AND $14::text IS NULL AND $15::int IS NULL AND $16::int IS NULL AND $17::int IS NULL AND $18::int IS NULL AND $19::int IS NULL)
                       OR EXISTS (SELECT 1 FROM requests r JOIN models m ON m.id = r.model_id
                         WHERE r.instance_id = d.instance_id AND r.request_id = d.request_id
                           AND r.arrival_ns = d.arrival_ns AND ($4 IS NULL OR m.name = $4)
-                          AND ($8 IS NULL OR r.tenant = ANY($8)) AND ($9 IS NULL OR r.lora_adapter = $9) AND ($14::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $14)
+                          AND ($8 IS NULL OR r.tenant = ANY($8)) AND ($9 IS NULL OR r.lora_adapter = $9) AND ($14::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $14) AND ($15::int IS NULL OR r.prompt_tokens >= $15) AND ($16::int IS NULL OR r.prompt_tokens < $16) AND ($17::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $17) AND ($18::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $18) AND ($19::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $19 AND ($20::int IS NULL OR c1.max_batch_size < $20)))
                           AND ($10 IS NULL OR r.priority = $10)))
                  AND d.arrival_ns >= $5 AND d.arrival_ns < $6
                  AND NOT EXISTS (SELECT 1 FROM unnest($11::int[], $12::bigint[], $13::bigint[]) AS q(instance_id, from_ns, to_ns)
@@ -416,6 +416,12 @@ impl Store {
             &froms,
             &tos,
             f.fingerprint,
+            f.prompt_tokens.0,
+            f.prompt_tokens.1,
+            f.cached_share,
+            f.hour,
+            f.batch_size.0,
+            f.batch_size.1,
         )
         .fetch_all(&self.pool)
         .await?;

@@ -71,7 +71,7 @@ impl Store {
                       count(*) FILTER (WHERE r.tpot_ns > $8)::int AS "tpot_over!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($13::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $13) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($13::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $13) AND ($14::int IS NULL OR r.prompt_tokens >= $14) AND ($15::int IS NULL OR r.prompt_tokens < $15) AND ($16::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $16) AND ($17::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $17) AND ($18::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $18 AND ($19::int IS NULL OR c1.max_batch_size < $19))) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                GROUP BY 1 ORDER BY 1"#,
             f.instance_list(),
             f.engine,
@@ -86,6 +86,12 @@ impl Store {
             f.lora_adapter,
             f.priority,
             f.fingerprint,
+            f.prompt_tokens.0,
+            f.prompt_tokens.1,
+            f.cached_share,
+            f.hour,
+            f.batch_size.0,
+            f.batch_size.1,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -129,7 +135,7 @@ impl Store {
                       sum((r.detail #>> '{words,unlikely}')::float8) AS unlikely
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($6::text IS NULL OR i.engine_version = $6)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($7::text[] IS NULL OR r.tenant = ANY($7)) AND ($8::text IS NULL OR r.lora_adapter = $8) AND ($10::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $10) AND ($9::int IS NULL OR r.priority = $9) AND r.arrival_ns >= $4 AND r.arrival_ns < $5"#,
+                 AND ($3::text IS NULL OR m.name = $3) AND ($7::text[] IS NULL OR r.tenant = ANY($7)) AND ($8::text IS NULL OR r.lora_adapter = $8) AND ($10::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $10) AND ($11::int IS NULL OR r.prompt_tokens >= $11) AND ($12::int IS NULL OR r.prompt_tokens < $12) AND ($13::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $13) AND ($14::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $14) AND ($15::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $15 AND ($16::int IS NULL OR c1.max_batch_size < $16))) AND ($9::int IS NULL OR r.priority = $9) AND r.arrival_ns >= $4 AND r.arrival_ns < $5"#,
             f.instance_list(),
             f.engine,
             f.model,
@@ -140,6 +146,12 @@ impl Store {
             f.lora_adapter,
             f.priority,
             f.fingerprint,
+            f.prompt_tokens.0,
+            f.prompt_tokens.1,
+            f.cached_share,
+            f.hour,
+            f.batch_size.0,
+            f.batch_size.1,
         )
         .fetch_one(&self.pool)
         .await?;
@@ -171,7 +183,7 @@ impl Store {
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                CROSS JOIN LATERAL (VALUES ('ttft', r.ttft_ns), ('tpot', r.tpot_ns)) AS h (metric, ns)
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($7::text IS NULL OR i.engine_version = $7)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($8::text[] IS NULL OR r.tenant = ANY($8)) AND ($9::text IS NULL OR r.lora_adapter = $9) AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11) AND ($10::int IS NULL OR r.priority = $10) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($8::text[] IS NULL OR r.tenant = ANY($8)) AND ($9::text IS NULL OR r.lora_adapter = $9) AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17))) AND ($10::int IS NULL OR r.priority = $10) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND h.ns IS NOT NULL
                GROUP BY 1, 2 ORDER BY 1, 2"#,
             f.instance_list(),
@@ -185,6 +197,12 @@ impl Store {
             f.lora_adapter,
             f.priority,
             f.fingerprint,
+            f.prompt_tokens.0,
+            f.prompt_tokens.1,
+            f.cached_share,
+            f.hour,
+            f.batch_size.0,
+            f.batch_size.1,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -204,7 +222,7 @@ impl Store {
             r#"SELECT max(r.arrival_ns) AS newest
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($4::text IS NULL OR i.engine_version = $4)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($5::text[] IS NULL OR r.tenant = ANY($5)) AND ($6::text IS NULL OR r.lora_adapter = $6) AND ($8::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $8) AND ($7::int IS NULL OR r.priority = $7)"#,
+                 AND ($3::text IS NULL OR m.name = $3) AND ($5::text[] IS NULL OR r.tenant = ANY($5)) AND ($6::text IS NULL OR r.lora_adapter = $6) AND ($8::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $8) AND ($9::int IS NULL OR r.prompt_tokens >= $9) AND ($10::int IS NULL OR r.prompt_tokens < $10) AND ($11::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $11) AND ($12::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $12) AND ($13::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $13 AND ($14::int IS NULL OR c1.max_batch_size < $14))) AND ($7::int IS NULL OR r.priority = $7)"#,
             f.instance_list(),
             f.engine,
             f.model,
@@ -213,6 +231,12 @@ impl Store {
             f.lora_adapter,
             f.priority,
             f.fingerprint,
+            f.prompt_tokens.0,
+            f.prompt_tokens.1,
+            f.cached_share,
+            f.hour,
+            f.batch_size.0,
+            f.batch_size.1,
         )
         .fetch_one(&self.pool)
         .await?)

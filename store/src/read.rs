@@ -136,6 +136,13 @@ pub struct RequestFilter {
     pub priority: Option<i32>,
     /// Requests whose prompt's block-hash chain holds this hash (16 hex digits): a prompt family.
     pub fingerprint: Option<String>,
+    /// Buckets of what slow requests may have in common: prompt tokens in [min, max), the
+    /// prefix cache's share of the prompt (0 none, 1 under half, 2 half or more), the UTC hour
+    /// of arrival, and the largest batch in the second of arrival in [min, max).
+    pub prompt_tokens: (Option<i32>, Option<i32>),
+    pub cached_share: Option<i32>,
+    pub hour: Option<i32>,
+    pub batch_size: (Option<i32>, Option<i32>),
     pub order: Order,
     pub limit: i64,
     pub offset: i64,
@@ -147,12 +154,16 @@ impl RequestFilter {
         (!self.instances.is_empty()).then_some(&self.instances[..])
     }
 
-    /// Whether a tenant, adapter, priority or fingerprint narrows the requests.
+    /// Whether a tenant, adapter, priority, fingerprint or a bucket narrows the requests.
     pub fn sliced(&self) -> bool {
         self.tenants.is_some()
             || self.lora_adapter.is_some()
             || self.priority.is_some()
             || self.fingerprint.is_some()
+            || self.prompt_tokens != (None, None)
+            || self.cached_share.is_some()
+            || self.hour.is_some()
+            || self.batch_size.0.is_some()
     }
 }
 
@@ -245,7 +256,7 @@ impl Store {
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($16::text[] IS NULL OR r.tenant = ANY($16)) AND ($17::text IS NULL OR r.lora_adapter = $17) AND ($19::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $19) AND ($18::int IS NULL OR r.priority = $18)
+                 AND ($3::text IS NULL OR m.name = $3) AND ($16::text[] IS NULL OR r.tenant = ANY($16)) AND ($17::text IS NULL OR r.lora_adapter = $17) AND ($19::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $19) AND ($20::int IS NULL OR r.prompt_tokens >= $20) AND ($21::int IS NULL OR r.prompt_tokens < $21) AND ($22::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $22) AND ($23::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $23) AND ($24::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $24 AND ($25::int IS NULL OR c1.max_batch_size < $25))) AND ($18::int IS NULL OR r.priority = $18)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
@@ -279,6 +290,12 @@ impl Store {
             f.lora_adapter,
             f.priority,
             f.fingerprint,
+            f.prompt_tokens.0,
+            f.prompt_tokens.1,
+            f.cached_share,
+            f.hour,
+            f.batch_size.0,
+            f.batch_size.1,
         )
                 .fetch_all(&self.pool)
                 .await?
@@ -302,7 +319,7 @@ impl Store {
                     JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE d.causes @> ARRAY[$16::text] AND d.arrival_ns >= $4 AND d.arrival_ns < $5 AND ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text[] IS NULL OR r.tenant = ANY($17)) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($20::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $20) AND ($19::int IS NULL OR r.priority = $19)
+                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text[] IS NULL OR r.tenant = ANY($17)) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($20::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $20) AND ($21::int IS NULL OR r.prompt_tokens >= $21) AND ($22::int IS NULL OR r.prompt_tokens < $22) AND ($23::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $23) AND ($24::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $24) AND ($25::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $25 AND ($26::int IS NULL OR c1.max_batch_size < $26))) AND ($19::int IS NULL OR r.priority = $19)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
@@ -337,6 +354,12 @@ impl Store {
             f.lora_adapter,
             f.priority,
             f.fingerprint,
+            f.prompt_tokens.0,
+            f.prompt_tokens.1,
+            f.cached_share,
+            f.hour,
+            f.batch_size.0,
+            f.batch_size.1,
         )
                 .fetch_all(&self.pool)
                 .await?
@@ -420,7 +443,7 @@ impl Store {
                       r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($13::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $13) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($13::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $13) AND ($14::int IS NULL OR r.prompt_tokens >= $14) AND ($15::int IS NULL OR r.prompt_tokens < $15) AND ($16::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $16) AND ($17::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $17) AND ($18::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $18 AND ($19::int IS NULL OR c1.max_batch_size < $19))) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($6, $7::text))
                ORDER BY r.arrival_ns, r.request_id
                LIMIT $8"#,
@@ -437,6 +460,12 @@ impl Store {
             f.lora_adapter,
             f.priority,
             f.fingerprint,
+            f.prompt_tokens.0,
+            f.prompt_tokens.1,
+            f.cached_share,
+            f.hour,
+            f.batch_size.0,
+            f.batch_size.1,
         )
         .fetch_all(&self.pool)
         .await?;

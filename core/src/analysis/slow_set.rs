@@ -99,6 +99,38 @@ impl Attribute {
         }
     }
 
+    /// The explorer's parameters (the request list's too) that select `value` (as stored) of
+    /// this attribute; empty when none can.
+    pub fn filter(self, value: &str) -> Vec<(&'static str, String)> {
+        let bucket = |edges: &[i32], min: &'static str, max: &'static str| {
+            let Ok(k) = value.parse::<usize>() else {
+                return Vec::new();
+            };
+            let k = k.min(edges.len());
+            let lo = if k == 0 { 0 } else { edges[k - 1] };
+            let mut v = vec![(min, lo.to_string())];
+            if let Some(hi) = edges.get(k) {
+                v.push((max, hi.to_string()));
+            }
+            v
+        };
+        match self {
+            Attribute::PromptLength => bucket(&PROMPT_EDGES, "prompt_min", "prompt_max"),
+            Attribute::BatchAtArrival => bucket(&BATCH_EDGES, "batch_min", "batch_max"),
+            Attribute::CachedShare => match value {
+                "0" => vec![("cached", "none".into())],
+                "1" => vec![("cached", "under_half".into())],
+                "2" => vec![("cached", "half_or_more".into())],
+                _ => Vec::new(),
+            },
+            Attribute::Hour => vec![("hour", value.to_string())],
+            other => other
+                .filter_param()
+                .map(|p| vec![(p, value.to_string())])
+                .unwrap_or_default(),
+        }
+    }
+
     /// A stored value as people read it: bucket numbers become ranges, nothing becomes "none".
     pub fn show(self, value: Option<&str>) -> String {
         let Some(v) = value else {
@@ -255,6 +287,47 @@ pub fn rank(definition: String, slow: u64, all: u64, tallies: &[Tally]) -> SlowS
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_bucket_names_the_filter_that_selects_it() {
+        let f = |a: Attribute, v: &str| a.filter(v);
+        let p = |pairs: &[(&'static str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (*k, v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            f(Attribute::PromptLength, "0"),
+            p(&[("prompt_min", "0"), ("prompt_max", "256")])
+        );
+        assert_eq!(
+            f(Attribute::PromptLength, "2"),
+            p(&[("prompt_min", "1024"), ("prompt_max", "4096")])
+        );
+        assert_eq!(
+            f(Attribute::PromptLength, "4"),
+            p(&[("prompt_min", "16384")])
+        );
+        assert_eq!(
+            f(Attribute::BatchAtArrival, "3"),
+            p(&[("batch_min", "129")])
+        );
+        assert_eq!(
+            f(Attribute::CachedShare, "1"),
+            p(&[("cached", "under_half")])
+        );
+        assert_eq!(f(Attribute::Hour, "7"), p(&[("hour", "7")]));
+        assert_eq!(
+            f(Attribute::EngineVersion, "0.11"),
+            p(&[("version", "0.11")])
+        );
+        assert_eq!(
+            f(Attribute::PromptStart, "00ff00ff00ff00ff"),
+            p(&[("fingerprint", "00ff00ff00ff00ff")])
+        );
+        assert!(f(Attribute::PromptLength, "x").is_empty());
+    }
 
     fn tally(attribute: Attribute, value: &str, slow: u64, all: u64) -> Tally {
         Tally {

@@ -119,6 +119,14 @@ pub struct ListParams {
     priority: Option<String>,
     /// A prompt family: a block hash of the prompts' chains (16 hex digits).
     fingerprint: Option<String>,
+    /// Buckets: prompt tokens in [prompt_min, prompt_max), `cached` (none, under_half,
+    /// half_or_more), the UTC `hour` of arrival, the batch at arrival in [batch_min, batch_max).
+    prompt_min: Option<String>,
+    prompt_max: Option<String>,
+    cached: Option<String>,
+    hour: Option<String>,
+    batch_min: Option<String>,
+    batch_max: Option<String>,
     ttft_ms: Option<String>,
     tpot_ms: Option<String>,
     order: Option<String>,
@@ -175,6 +183,40 @@ fn slice(
         non_empty(adapter),
         parse_num("priority", priority)?,
     ))
+}
+
+/// `{name}_min` and `{name}_max` as a range [min, max) of non-negative counts.
+fn range(
+    name: &str,
+    min: &Option<String>,
+    max: &Option<String>,
+) -> Result<(Option<i32>, Option<i32>)> {
+    let (lo, hi) = (
+        parse_num::<i32>(&format!("{name}_min"), min)?,
+        parse_num::<i32>(&format!("{name}_max"), max)?,
+    );
+    if lo.is_some_and(|v| v < 0)
+        || hi.is_some_and(|v| v < 0)
+        || matches!((lo, hi), (Some(a), Some(b)) if a >= b)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "{name}_min and {name}_max must be counts with the minimum below the maximum"
+        )));
+    }
+    Ok((lo, hi))
+}
+
+/// The prefix cache's share of the prompt as the slow set buckets it.
+fn cached(v: Option<String>) -> Result<Option<i32>> {
+    match non_empty(v).as_deref() {
+        None => Ok(None),
+        Some("none") => Ok(Some(0)),
+        Some("under_half") => Ok(Some(1)),
+        Some("half_or_more") => Ok(Some(2)),
+        Some(other) => Err(Error::InvalidArgument(format!(
+            "cached={other:?} is not none, under_half or half_or_more"
+        ))),
+    }
 }
 
 /// A fingerprint as the store keeps block hashes: 16 lowercase hex digits.
@@ -252,6 +294,21 @@ impl ListParams {
             lora_adapter,
             priority,
             fingerprint: fingerprint(self.fingerprint)?,
+            prompt_tokens: range("prompt", &self.prompt_min, &self.prompt_max)?,
+            cached_share: cached(self.cached)?,
+            hour: match parse_num::<i32>("hour", &self.hour)? {
+                Some(h) if !(0..24).contains(&h) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "hour={h} is not an hour of the day (0–23, UTC)"
+                    )));
+                }
+                h => h,
+            },
+            // A batch range open below starts at no batch at all.
+            batch_size: match range("batch", &self.batch_min, &self.batch_max)? {
+                (None, Some(max)) => (Some(0), Some(max)),
+                r => r,
+            },
             order,
             limit,
             offset,

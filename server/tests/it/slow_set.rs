@@ -115,3 +115,122 @@ async fn the_engine_version_that_slowed_decode_ranks_first() {
         assert!(body.contains(says), "{path}: {body}");
     }
 }
+
+/// Every attribute value the slow set tallies is one click from a filter: the request list
+/// narrowed by the value's parameters (`Attribute::filter`) holds exactly the requests the tally
+/// counted; and the buckets select what the engines did (prompt lengths, cached share, hour and
+/// the largest batch in the second of arrival, counted here from the engines' own output).
+#[tokio::test]
+async fn each_tallied_value_is_one_filter_away() {
+    use tokenscope_core::analysis::slow_set::{Attribute, BATCH_EDGES, PROMPT_EDGES};
+
+    let app = spawn_app().await;
+    let runs = fleet::regression(T0, 2.0, 90.0);
+    app.send_sim(&runs).await;
+    let window = format!("from={}&to={}", T0 - 1, T0 + 3_600_000_000_000);
+    let total = |extra: String| {
+        let app = &app;
+        let q = format!("/api/v1/requests?{window}&limit=1{extra}");
+        async move { app.get_json(&q).await["total"].as_u64().unwrap() }
+    };
+    // Every value that sets slow requests apart, under a loose TPOT range so that many do.
+    let s = app
+        .get_json(&format!("/api/v1/slow-set?{window}&slow=tpot&min_ms=20"))
+        .await;
+    let seps = s["separators"].as_array().unwrap();
+    assert!(seps.len() >= 3, "{s}");
+    for x in seps {
+        let attribute: Attribute = serde_json::from_value(x["attribute"].clone()).unwrap();
+        let Some(value) = x["value"].as_str() else {
+            continue;
+        };
+        let params = attribute.filter(value);
+        assert!(!params.is_empty(), "{attribute:?} {value} has no filter");
+        let extra: String = params
+            .iter()
+            .map(|(k, v)| {
+                // The explorer says `version`, the API `engine_version`.
+                let k = if *k == "version" { "engine_version" } else { k };
+                format!("&{k}={}", urlencode(v))
+            })
+            .collect();
+        let all = x["slow"].as_u64().unwrap() + x["rest"].as_u64().unwrap();
+        assert_eq!(
+            total(extra.clone()).await,
+            all,
+            "{attribute:?} {value}: {extra}"
+        );
+    }
+
+    // The buckets, against the engines' output.
+    let requests: Vec<_> = runs.iter().flat_map(|r| &r.output.requests).collect();
+    let between =
+        |lo: i32, hi: Option<i32>, v: u32| v as i32 >= lo && hi.is_none_or(|h| (v as i32) < h);
+    for k in 0..=PROMPT_EDGES.len() {
+        let lo = if k == 0 { 0 } else { PROMPT_EDGES[k - 1] };
+        let hi = PROMPT_EDGES.get(k).copied();
+        let want = requests
+            .iter()
+            .filter(|r| between(lo, hi, r.prompt_tokens))
+            .count() as u64;
+        let extra = format!(
+            "&prompt_min={lo}{}",
+            hi.map_or(String::new(), |h| format!("&prompt_max={h}"))
+        );
+        assert_eq!(total(extra).await, want, "prompt bucket {k}");
+    }
+    let none_cached = requests.iter().filter(|r| r.cached_tokens == 0).count() as u64;
+    assert_eq!(total("&cached=none".into()).await, none_cached);
+    let hour = ((T0 / 3_600_000_000_000) % 24) as u64;
+    let in_hour = requests
+        .iter()
+        .filter(|r| (r.arrival_ns / 3_600_000_000_000) as u64 % 24 == hour)
+        .count() as u64;
+    assert_eq!(total(format!("&hour={hour}")).await, in_hour);
+    for k in 0..=BATCH_EDGES.len() {
+        let lo = if k == 0 { 0 } else { BATCH_EDGES[k - 1] };
+        let hi = BATCH_EDGES.get(k).copied();
+        // The largest batch among the instance's steps that start in the second it arrived.
+        let want = runs
+            .iter()
+            .flat_map(|run| {
+                run.output.requests.iter().filter(|r| {
+                    let second = r.arrival_ns - r.arrival_ns % 1_000_000_000;
+                    run.output
+                        .iterations
+                        .iter()
+                        .filter(|i| i.start_ns - i.start_ns % 1_000_000_000 == second)
+                        .map(|i| i.batch.len() as u32)
+                        .max()
+                        .is_some_and(|b| between(lo, hi, b))
+                })
+            })
+            .count() as u64;
+        let extra = format!(
+            "&batch_min={lo}{}",
+            hi.map_or(String::new(), |h| format!("&batch_max={h}"))
+        );
+        assert_eq!(total(extra).await, want, "batch bucket {k}");
+    }
+    for (q, says) in [
+        ("hour=24", "is not an hour of the day"),
+        ("cached=some", "is not none, under_half or half_or_more"),
+        (
+            "prompt_min=100&prompt_max=50",
+            "the minimum below the maximum",
+        ),
+    ] {
+        let r = app.get(&format!("/api/v1/requests?{q}")).await;
+        assert_eq!(r.status(), 400, "{q}");
+        assert!(r.text().await.unwrap().contains(says), "{q}");
+    }
+}
+
+fn urlencode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -9,18 +9,14 @@ use crate::ui::format::thousands;
 
 /// The view filtered to requests with `value` of `attribute`, when the explorer can filter by it.
 fn filtered(q: &ExplorerQuery, attribute: Attribute, value: &str) -> Option<ExplorerQuery> {
-    let value = value.to_string();
-    let set: fn(&mut ExplorerQuery, String) = match attribute {
-        Attribute::Instance => |q, v| q.instance = v,
-        Attribute::EngineVersion => |q, v| q.version = v,
-        Attribute::Model => |q, v| q.model = v,
-        Attribute::Tenant => |q, v| q.tenant = v,
-        Attribute::Adapter => |q, v| q.adapter = v,
-        Attribute::Priority => |q, v| q.priority = v,
-        Attribute::PromptStart => |q, v| q.fingerprint = v,
-        _ => return None,
-    };
-    Some(q.with(|q| set(q, value)))
+    let params = attribute.filter(value);
+    (!params.is_empty()).then(|| {
+        q.with(|q| {
+            for (k, v) in params {
+                q.set(k, v);
+            }
+        })
+    })
 }
 
 fn percent(share: f64) -> String {

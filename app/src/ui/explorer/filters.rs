@@ -119,6 +119,15 @@ pub fn Filters(
             view! { <option value=name selected=sel>{name.replace('_', " ")}</option> }
         })
         .collect_view();
+    // Buckets a slow-set separator narrowed to (no control of their own): each a chip that
+    // removes it.
+    let narrowed: Vec<_> = q
+        .buckets()
+        .into_iter()
+        .map(|(label, without)| {
+            view! { <a class="chip on" href=without.href() title="Remove this filter" data-testid="bucket-filter">{label}" ✕"</a> }
+        })
+        .collect();
     let (qf, qt) = (q.from, q.to);
     // A slice's text box applies when it changes (Enter or leaving it): the URL keeps it.
     let slice = move |label: &'static str,
@@ -179,6 +188,12 @@ pub fn Filters(
                     <button type="submit">"Find"</button>
                 </form>
             </div>
+            {(!narrowed.is_empty()).then(|| view! {
+                <div class="filter-row" data-testid="bucket-filters">
+                    <span class="field-label">"Narrowed to"</span>
+                    <div class="chips">{narrowed}</div>
+                </div>
+            })}
             <div class="filter-row">
                 <span class="field-label">"Range"</span>
                 <div class="chips">

@@ -38,6 +38,15 @@ pub struct ExplorerQuery {
     pub priority: String,
     /// A prompt family: a block hash of the prompts' chains (16 hex digits), or empty.
     pub fingerprint: String,
+    /// Buckets a slow-set separator filters by (as the API takes them): prompt tokens in
+    /// [prompt_min, prompt_max), the cached share (`none`, `under_half`, `half_or_more`), the UTC
+    /// hour of arrival, the batch at arrival in [batch_min, batch_max).
+    pub prompt_min: String,
+    pub prompt_max: String,
+    pub cached: String,
+    pub hour: String,
+    pub batch_min: String,
+    pub batch_max: String,
     pub order: String,
     pub page: u32,
     pub find: String,
@@ -70,6 +79,12 @@ impl ExplorerQuery {
             adapter: s("adapter"),
             priority: s("priority"),
             fingerprint: s("fingerprint"),
+            prompt_min: s("prompt_min"),
+            prompt_max: s("prompt_max"),
+            cached: s("cached"),
+            hour: s("hour"),
+            batch_min: s("batch_min"),
+            batch_max: s("batch_max"),
             order: get("order").unwrap_or_else(|| DEFAULT_ORDER.into()),
             page: n("page").unwrap_or(0) as u32,
             find: s("find"),
@@ -101,6 +116,12 @@ impl ExplorerQuery {
                 ("adapter", self.adapter.clone()),
                 ("priority", self.priority.clone()),
                 ("fingerprint", self.fingerprint.clone()),
+                ("prompt_min", self.prompt_min.clone()),
+                ("prompt_max", self.prompt_max.clone()),
+                ("cached", self.cached.clone()),
+                ("hour", self.hour.clone()),
+                ("batch_min", self.batch_min.clone()),
+                ("batch_max", self.batch_max.clone()),
                 ("order", order),
                 ("page", opt((self.page > 0).then_some(self.page))),
                 ("find", self.find.clone()),
@@ -108,6 +129,80 @@ impl ExplorerQuery {
                 ("families", if self.families { "1" } else { "" }.into()),
             ])
         )
+    }
+
+    /// Sets the filter the URL names `key` (unknown keys change nothing).
+    pub fn set(&mut self, key: &str, v: String) {
+        let field = match key {
+            "instance" => &mut self.instance,
+            "version" => &mut self.version,
+            "model" => &mut self.model,
+            "tenant" => &mut self.tenant,
+            "adapter" => &mut self.adapter,
+            "priority" => &mut self.priority,
+            "fingerprint" => &mut self.fingerprint,
+            "prompt_min" => &mut self.prompt_min,
+            "prompt_max" => &mut self.prompt_max,
+            "cached" => &mut self.cached,
+            "hour" => &mut self.hour,
+            "batch_min" => &mut self.batch_min,
+            "batch_max" => &mut self.batch_max,
+            _ => return,
+        };
+        *field = v;
+    }
+
+    /// The bucket filters set (what a slow-set separator narrowed to), each with the view
+    /// without it: `("prompt 1024–4095 tokens", view)`.
+    pub fn buckets(&self) -> Vec<(String, Self)> {
+        let range =
+            |what: &str, lo: &str, hi: &str, unit: &str| match (lo.is_empty(), hi.is_empty()) {
+                (true, true) => None,
+                (false, true) => Some(format!("{what} {lo}+ {unit}")),
+                (true, false) => Some(format!("{what} under {hi} {unit}")),
+                (false, false) => Some(format!(
+                    "{what} {lo}–{} {unit}",
+                    hi.parse::<i64>()
+                        .map_or(hi.to_string(), |h| (h - 1).to_string())
+                )),
+            };
+        let mut out = Vec::new();
+        if let Some(l) = range("prompt", &self.prompt_min, &self.prompt_max, "tokens") {
+            out.push((
+                l,
+                self.with(|q| {
+                    q.prompt_min.clear();
+                    q.prompt_max.clear();
+                }),
+            ));
+        }
+        if !self.cached.is_empty() {
+            out.push((
+                format!("cached {}", self.cached.replace('_', " ")),
+                self.with(|q| q.cached.clear()),
+            ));
+        }
+        if !self.hour.is_empty() {
+            out.push((
+                format!("arrived {}:00–{}:59 UTC", self.hour, self.hour),
+                self.with(|q| q.hour.clear()),
+            ));
+        }
+        if let Some(l) = range(
+            "batch at arrival",
+            &self.batch_min,
+            &self.batch_max,
+            "requests",
+        ) {
+            out.push((
+                l,
+                self.with(|q| {
+                    q.batch_min.clear();
+                    q.batch_max.clear();
+                }),
+            ));
+        }
+        out
     }
 
     /// The same view changed by `f`, back on its first page.
@@ -144,6 +239,12 @@ impl ExplorerQuery {
             ("adapter", self.adapter.clone()),
             ("priority", self.priority.clone()),
             ("fingerprint", self.fingerprint.clone()),
+            ("prompt_min", self.prompt_min.clone()),
+            ("prompt_max", self.prompt_max.clone()),
+            ("cached", self.cached.clone()),
+            ("hour", self.hour.clone()),
+            ("batch_min", self.batch_min.clone()),
+            ("batch_max", self.batch_max.clone()),
         ]
     }
 
@@ -206,6 +307,33 @@ mod tests {
         let plain = ExplorerQuery::from_lookup(|_| None);
         assert_eq!(plain.order, DEFAULT_ORDER);
         assert_eq!(plain.href(), "/");
+    }
+
+    #[test]
+    fn bucket_filters_read_as_chips_that_remove_them() {
+        let mut q = ExplorerQuery::from_lookup(|_| None);
+        for (k, v) in [
+            ("prompt_min", "1024"),
+            ("prompt_max", "4096"),
+            ("cached", "under_half"),
+            ("batch_min", "129"),
+        ] {
+            q.set(k, v.into());
+        }
+        let chips = q.buckets();
+        let labels: Vec<&str> = chips.iter().map(|c| c.0.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "prompt 1024–4095 tokens",
+                "cached under half",
+                "batch at arrival 129+ requests"
+            ]
+        );
+        assert_eq!(chips[0].1.href(), "/?cached=under_half&batch_min=129");
+        let round = crate::query::parse(q.href().trim_start_matches('/'));
+        let lookup = |k: &str| round.iter().find(|p| p.0 == k).map(|p| p.1.clone());
+        assert_eq!(ExplorerQuery::from_lookup(lookup), q);
     }
 
     #[test]
