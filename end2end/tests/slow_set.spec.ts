@@ -103,4 +103,20 @@ test("compare shows the release candidate's shorter answers beside its slower de
   await expect(pair.locator('[data-side="B"] .tk.part')).toHaveText(/<\|endoftext\|>|\(ended\)/);
   await same.scrollIntoViewIfNeeded();
   await page.screenshot({ path: "test-results/compare-same-prompt.png" });
+
+  // From a side, one click to what its slow requests have in common (the explorer over that
+  // side's window); there, "slow" can be a TPOT range instead of the SLO.
+  await page.getByTestId("b-slow-set").click();
+  await expect(page).toHaveURL(/common=1/);
+  await expect(page).toHaveURL(/instance=fleet-2%2Cfleet-3/);
+  await hydrated(page);
+  await expect(page.getByTestId("slow-set")).toBeVisible();
+  await page.getByTestId("slow-kind").selectOption("tpot");
+  await page.getByTestId("slow-min").fill("60");
+  await page.getByTestId("slow-def").getByRole("button", { name: "Apply" }).click();
+  await expect(page).toHaveURL(/slow=tpot&slow_min=60/);
+  await expect(page.getByTestId("slow-set-head")).toContainText("slow (TPOT of 60 ms or more) against");
+  const ranged = await (await request.get(`/api/v1/slow-set?instance=fleet-2,fleet-3&from=${api.b.from_ns}&to=${api.b.to_ns}&slow=tpot&min_ms=60`)).json();
+  await expect(page.getByTestId("slow-set-head")).toContainText(`${ranged.slow} slow (`);
+  await page.screenshot({ path: "test-results/slow-set-range.png" });
 });

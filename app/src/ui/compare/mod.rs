@@ -108,6 +108,26 @@ fn QuickPicks() -> impl IntoView {
     }
 }
 
+/// The explorer over one side (its filters and window) with "what the slow requests have in
+/// common" open.
+fn slow_set_href(s: &CompareSide) -> String {
+    let q = super::explorer::state::ExplorerQuery {
+        instance: s.instances.join(","),
+        engine: s.engine.clone().unwrap_or_default(),
+        version: s.engine_version.clone().unwrap_or_default(),
+        model: s.model.clone().unwrap_or_default(),
+        tenant: s.tenant.clone().unwrap_or_default(),
+        adapter: s.lora_adapter.clone().unwrap_or_default(),
+        priority: s.priority.map(|p| p.to_string()).unwrap_or_default(),
+        fingerprint: s.fingerprint.clone().unwrap_or_default(),
+        from: Some(s.from_ns),
+        to: Some(s.to_ns),
+        common: true,
+        ..super::explorer::state::ExplorerQuery::from_lookup(|_| None)
+    };
+    q.href()
+}
+
 fn side_name(s: &CompareSide, zone: &Zone) -> String {
     let who = [
         (!s.instances.is_empty()).then(|| s.instances.join(", ")),
@@ -148,9 +168,11 @@ fn Report(c: Comparison) -> impl IntoView {
     view! {
         <section class="panel compare-head">
             <p class="headline" data-testid="headline">{c.headline.clone()}</p>
-            <p class="side a"><b>"A"</b>" " {move || side_name(&a, &zone.get())}</p>
+            <p class="side a"><b>"A"</b>" " {move || side_name(&a, &zone.get())}
+                " "<a class="hint" href=slow_set_href(&c.a) data-testid="a-slow-set">"what its slow requests have in common"</a></p>
             <p class="side b"><b>"B"</b>" " {move || side_name(&b, &zone.get())}
-                <span class="muted">{move || format!(" ({})", zone.get().label())}</span></p>
+                <span class="muted">{move || format!(" ({})", zone.get().label())}</span>
+                " "<a class="hint" href=slow_set_href(&c.b) data-testid="b-slow-set">"what its slow requests have in common"</a></p>
             <form::SideForm current=Some((a2.clone(), b2.clone()))/>
             <QuickPicks/>
         </section>

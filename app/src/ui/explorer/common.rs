@@ -69,10 +69,12 @@ pub fn SlowSetPanel(set: SlowSet, query: ExplorerQuery) -> impl IntoView {
         }
         .into_any()
     };
+    let definition = definition_form(&query);
     view! {
         <section class="panel common" data-testid="slow-set">
             <div class="chart-head">
                 <h2>"What the slow requests have in common"</h2>
+                {definition}
                 <a class="hint" href=close>"hide"</a>
             </div>
             {lead}
@@ -118,6 +120,36 @@ fn row(s: &Separator, set: &SlowSet, query: &ExplorerQuery) -> impl IntoView + u
             <td class="num">{format!("{} of {} ({})", thousands(s.rest), thousands(set.rest), percent(s.rest_share))}</td>
             <td class="num" title=sure_title><b>{more}</b><span class="sure">{sure}</span></td>
         </tr>
+    }
+}
+
+/// What "slow" means: an SLO broken (the default), or a range of TTFT, TPOT or end-to-end
+/// time in ms. A plain GET form: the view's other parameters ride along hidden, so it works
+/// before the page's script has loaded.
+fn definition_form(q: &ExplorerQuery) -> impl IntoView + use<> {
+    let kept: Vec<(String, String)> = crate::query::parse(q.href().trim_start_matches("/?"))
+        .into_iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "slow" | "slow_min" | "slow_max" | "page"))
+        .collect();
+    let hidden = kept
+        .into_iter()
+        .map(|(k, v)| view! { <input type="hidden" name=k value=v/> })
+        .collect_view();
+    let opt = |value: &'static str, label: &'static str| {
+        let selected = q.slow == value;
+        view! { <option value=value selected=selected>{label}</option> }
+    };
+    view! {
+        <form class="slow-def" method="get" action="/" data-testid="slow-def">
+            {hidden}
+            <label>"Slow means "
+                <select name="slow" data-testid="slow-kind">
+                    {opt("", "an SLO broken")}{opt("ttft", "TTFT")}{opt("tpot", "TPOT")}{opt("e2e", "end to end")}
+                </select></label>
+            <label>" from "<input name="slow_min" inputmode="decimal" size="6" value=q.slow_min.clone() data-testid="slow-min"/></label>
+            <label>" to "<input name="slow_max" inputmode="decimal" size="6" placeholder="any" value=q.slow_max.clone() data-testid="slow-max"/>" ms "</label>
+            <button type="submit">"Apply"</button>
+        </form>
     }
 }
 

@@ -62,6 +62,21 @@ async fn load(q: ExplorerQuery) -> Result<ExplorerData, String> {
             ("from", series.from_ns.to_string()),
             ("to", series.to_ns.to_string()),
         ]);
+        if !q.slow.is_empty() {
+            params.extend([
+                ("slow", q.slow.clone()),
+                // A range open below starts at nothing.
+                (
+                    "min_ms",
+                    if q.slow_min.is_empty() {
+                        "0".into()
+                    } else {
+                        q.slow_min.clone()
+                    },
+                ),
+                ("max_ms", q.slow_max.clone()),
+            ]);
+        }
         Some(get_json(format!("/api/v1/slow-set{}", build(&params))).await?)
     } else {
         None

@@ -54,6 +54,11 @@ pub struct ExplorerQuery {
     pub common: bool,
     /// Whether the prompt families panel is open.
     pub families: bool,
+    /// What "slow" means in that panel: empty (an SLO broken), or `ttft`, `tpot`, `e2e` with a
+    /// range in ms (`slow_max` empty: open above).
+    pub slow: String,
+    pub slow_min: String,
+    pub slow_max: String,
 }
 
 impl ExplorerQuery {
@@ -90,6 +95,9 @@ impl ExplorerQuery {
             find: s("find"),
             common: get("common").is_some_and(|v| v == "1"),
             families: get("families").is_some_and(|v| v == "1"),
+            slow: s("slow"),
+            slow_min: s("slow_min"),
+            slow_max: s("slow_max"),
         }
     }
 
@@ -127,6 +135,9 @@ impl ExplorerQuery {
                 ("find", self.find.clone()),
                 ("common", if self.common { "1" } else { "" }.into()),
                 ("families", if self.families { "1" } else { "" }.into()),
+                ("slow", self.slow.clone()),
+                ("slow_min", self.slow_min.clone()),
+                ("slow_max", self.slow_max.clone()),
             ])
         )
     }
