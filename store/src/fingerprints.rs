@@ -26,16 +26,27 @@ pub struct Computed {
 }
 
 impl Store {
-    /// The latest `limit` requests of `f`'s window that have a fingerprint, in arrival order, and
-    /// whether there were more.
+    /// The requests of `f`'s window that have a fingerprint among its latest `limit`, in arrival
+    /// order, and whether the window had more. The latest are found by their arrival alone (a
+    /// narrow sort), then read without sorting their JSON: sorting whole rows spilled 124 MB to
+    /// disk at 100,000 requests and took twice as long (docs/BENCHMARKS.md).
     pub async fn fingerprint_rows(
         &self,
         f: &RequestFilter,
         limit: i64,
     ) -> Result<(Vec<FingerprintRow>, bool)> {
         let rows = sqlx::query!(
-            r#"SELECT r.request_id, i.instance_key, r.arrival_ns, r.ttft_ns, r.cached_tokens,
-                      r.detail -> 'prefix_cache' AS "prefix_cache!"
+            r#"WITH cut AS (
+                 SELECT r.arrival_ns
+                 FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+                 WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+                   AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
+                   AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
+                   AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                   AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
+                 ORDER BY r.arrival_ns DESC OFFSET $10 LIMIT 1)
+               SELECT r.request_id, i.instance_key, r.arrival_ns, r.ttft_ns, r.cached_tokens,
+                      r.detail -> 'prefix_cache' AS "prefix_cache!", (SELECT arrival_ns FROM cut) IS NOT NULL AS "more!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
                  AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
@@ -43,7 +54,7 @@ impl Store {
                  AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
                  AND r.detail ? 'prefix_cache'
-               ORDER BY r.arrival_ns DESC, r.request_id LIMIT $10"#,
+                 AND ((SELECT arrival_ns FROM cut) IS NULL OR r.arrival_ns > (SELECT arrival_ns FROM cut))"#,
             f.instance_list(),
             f.engine,
             f.model,
@@ -53,7 +64,7 @@ impl Store {
             f.lora_adapter,
             f.priority,
             f.engine_version,
-            limit + 1,
+            limit,
             f.fingerprint,
             f.prompt_tokens.0,
             f.prompt_tokens.1,
@@ -64,10 +75,9 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        let more = rows.len() as i64 > limit;
+        let more = rows.first().is_some_and(|r| r.more);
         let mut out = rows
             .into_iter()
-            .take(limit as usize)
             .map(|r| {
                 let prefix_cache: PrefixCache =
                     serde_json::from_value(r.prefix_cache).map_err(|e| {
@@ -86,7 +96,7 @@ impl Store {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        out.reverse();
+        out.sort_by(|a, b| (a.arrival_ns, &a.request_id).cmp(&(b.arrival_ns, &b.request_id)));
         Ok((out, more))
     }
 

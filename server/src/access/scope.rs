@@ -228,6 +228,49 @@ impl Scope {
     }
 }
 
+impl Scope {
+    /// What rewrites prompt families (already narrowed to the reader's tenants): the requests
+    /// an eviction's pressure names (any tenant's on that instance) that the reader may not see
+    /// become their aliases.
+    pub async fn fingerprints(
+        &self,
+        store: &Store,
+        fp: &tokenscope_core::api::Fingerprints,
+    ) -> Result<Redactor> {
+        use tokenscope_core::api::MissWhy;
+        let Scope::Tenants { .. } = self else {
+            return Ok(Redactor::default());
+        };
+        let mut mine: Vec<String> = Vec::new();
+        let mut named: Vec<String> = Vec::new();
+        for m in fp.families.iter().flat_map(|f| &f.misses) {
+            mine.push(m.request_id.clone());
+            match &m.why {
+                MissWhy::InFlight { earlier } => mine.push(earlier.clone()),
+                MissWhy::Evicted { last_by, since, .. } => {
+                    mine.push(last_by.clone());
+                    named.extend(since.iter().flat_map(|p| p.top.iter().map(|t| t.0.clone())));
+                }
+                MissWhy::ColdInstance { .. } => {}
+            }
+        }
+        named.sort();
+        named.dedup();
+        let mut tenants: HashMap<String, Vec<Option<String>>> = HashMap::new();
+        for (id, tenant) in store.tenants_of(None, &named).await? {
+            tenants.entry(id).or_default().push(tenant);
+        }
+        let (seen, mut theirs): (Vec<String>, Vec<String>) = named.into_iter().partition(|id| {
+            tenants
+                .get(id)
+                .is_some_and(|ts| ts.iter().all(|t| self.sees(t.as_deref())))
+        });
+        mine.extend(seen);
+        theirs.retain(|id| !mine.contains(id));
+        Ok(Ids { mine, theirs }.redactor(self))
+    }
+}
+
 /// The values of every `request_id` key in a finding's evidence.
 fn ids_in(v: &serde_json::Value, out: &mut Vec<String>) {
     match v {
@@ -459,6 +502,7 @@ pub fn api_allowed(method: &Method, path: &str) -> bool {
         "/api/v1/requests"
             | "/api/v1/diagnosis"
             | "/api/v1/slow-set"
+            | "/api/v1/fingerprints"
             | "/api/v1/latency"
             | "/api/v1/usage"
             | "/api/v1/instances"

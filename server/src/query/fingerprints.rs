@@ -7,7 +7,7 @@ use tokenscope_core::analysis::fingerprint::{self, Fingerprints, MissWhy, Pressu
 use crate::error::Result;
 use crate::store::{RequestFilter, Store};
 
-/// At most this many requests are grouped (the latest of the window).
+/// The latest this many requests of the window are read (those with a fingerprint grouped).
 const MAX_ROWS: i64 = 50_000;
 /// Families listed, largest first.
 const MAX_FAMILIES: usize = 40;

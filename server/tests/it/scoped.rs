@@ -494,3 +494,58 @@ async fn aliases_agree_across_servers_and_restarts() {
     one.restart().await;
     assert_eq!(culprits(one.http_port).await, first, "after a restart");
 }
+
+/// Prompt families for a scoped reader: its own requests' families, and the requests whose
+/// prefills evicted a family's blocks named by alias when another tenant sent them (the storm's
+/// long prompts, here globex's). The unscoped reader sees them by name, so the check can fail.
+#[tokio::test]
+async fn a_scoped_reader_sees_its_families_and_others_evictions_by_alias() {
+    let tokens = temp_file(&format!("acme-reader {ACME} acme\nsre {SRE} *\n"));
+    let path = tokens.0.clone();
+    let app = spawn_app_with(move |c| c.access.read_tokens = Some(path)).await;
+    let (mut runs, truth) = tokenscope_sim::families::families(T0, 1);
+    for r in runs.iter_mut().flat_map(|r| &mut r.output.requests) {
+        let storm = truth.storm.contains(&r.request_id);
+        r.served.tenant = Some(if storm { "globex" } else { "acme" }.into());
+    }
+    app.send_sim(&runs).await;
+    let q = format!(
+        "/api/v1/fingerprints?from={}&to={}",
+        T0 - 1,
+        T0 + 3_600_000_000_000
+    );
+    let get = |token: &'static str| {
+        let req = app
+            .client
+            .get(format!("{}{q}", app.http))
+            .bearer_auth(token);
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.text().await.unwrap()
+        }
+    };
+    let all = get(SRE).await;
+    assert!(
+        truth.storm.iter().any(|id| mentions(&all, id)),
+        "the unscoped reader sees who evicted the family"
+    );
+    let mine = get(ACME).await;
+    for id in &truth.storm {
+        assert!(!mentions(&mine, id), "the acme reader sees globex's {id}");
+    }
+    assert!(!mine.contains("globex"));
+    let fp: serde_json::Value = serde_json::from_str(&mine).unwrap();
+    let evicted = fp["families"][0]["misses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["why"]["kind"] == "evicted")
+        .unwrap_or_else(|| panic!("{mine}"));
+    let top = evicted["why"]["since"]["top"].as_array().unwrap();
+    assert!(
+        top.iter()
+            .all(|t| tokenscope_core::links::is_alias(t[0].as_str().unwrap())),
+        "{top:?}"
+    );
+}
