@@ -120,3 +120,44 @@ test("compare shows the release candidate's shorter answers beside its slower de
   await expect(page.getByTestId("slow-set-head")).toContainText(`${ranged.slow} slow (`);
   await page.screenshot({ path: "test-results/slow-set-range.png" });
 });
+
+// The slow set picked on the chart: a band dragged along the TPOT axis, from the SLO line to the
+// top, calls the requests at or above it slow; the URL holds it, and the panel names the release
+// candidate first, with the API's counts for that band.
+test("a band dragged along the latency axis is the slow set", async ({ page, request }) => {
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto(`/?instance=${encodeURIComponent(FLEET)}`);
+  await hydrated(page);
+  const chart = page.locator('svg.chart[data-metric="tpot"]');
+  const box = (await chart.boundingBox())!;
+  const slo = Number(await chart.locator("line.slo").getAttribute("y1"));
+  // SVG units (560 × 170, the axis 52 wide, the plot from y = 12) to the page's pixels.
+  const px = (sx: number, sy: number) => [box.x + (sx / 560) * box.width, box.y + (sy / 170) * box.height];
+  const [ax, ay] = px(30, slo);
+  const [, top] = px(30, 4);
+  await page.mouse.move(ax, ay);
+  await page.mouse.down();
+  await page.mouse.move(ax, (ay + top) / 2, { steps: 4 });
+  await expect(chart.locator("text.band-label")).toContainText("– any");
+  await page.mouse.move(ax, top, { steps: 4 });
+  await page.mouse.up();
+  await expect(page).toHaveURL(/common=1/);
+  await expect(page).toHaveURL(/slow=tpot&slow_min=\d/);
+  expect(page.url()).not.toMatch(/slow_max=\d/);
+  const min = Number(new URL(page.url()).searchParams.get("slow_min"));
+  // Two significant digits of the SLO line's latency (50 ms), give or take a pixel.
+  expect(min).toBeGreaterThanOrEqual(45);
+  expect(min).toBeLessThanOrEqual(55);
+  await hydrated(page);
+  const first = page.getByTestId("common-row").first();
+  await expect(first.getByTestId("common-value")).toHaveText("0.12.0-rc1");
+  const series = await (await request.get(`/api/v1/latency?instance=${FLEET}&width_px=280`)).json();
+  const api = await (await request.get(`/api/v1/slow-set?instance=${FLEET}&from=${series.from_ns}&to=${series.to_ns}&slow=tpot&min_ms=${min}`)).json();
+  await expect(page.getByTestId("slow-set-head")).toContainText(`${api.slow} slow (TPOT of ${min} ms or more) against`);
+  await expect(page.getByTestId("slow-kind")).toHaveValue("tpot");
+  await expect(page.getByTestId("slow-min")).toHaveValue(String(min));
+  await page.screenshot({ path: "test-results/slow-set-band.png" });
+  expect(errors).toEqual([]);
+});

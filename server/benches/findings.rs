@@ -2,8 +2,9 @@
 //! default, `TOKENSCOPE_FINDINGS_REQUESTS` to change), stored, then diagnosed by the findings
 //! worker's code as it runs in the server (how many requests a second it keeps up with), then the
 //! reads that use the stored findings, timed over HTTP: the hour's window diagnosis, compare of
-//! its two halves, the explorer filtered by a cause, the slow set of the hour, and a culprit's
-//! victims.
+//! its two halves (with their answers to the same prompts), the explorer filtered by a cause, the
+//! slow set of the hour, the hour's prompt families, and a culprit's victims. Clients ask from a
+//! pool of prompts in families (see `ask_from_families`), so families and repeats exist.
 //!
 //! `scripts/bench findings`, or `cargo bench -p tokenscope --bench findings` with
 //! TOKENSCOPE_TEST_DATABASE_URL set.
@@ -16,6 +17,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[allow(dead_code)] // the benches use only part of the test harness
 mod common;
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sqlx::Connection;
@@ -40,12 +42,14 @@ async fn main() {
     // Bursty Poisson traffic (three times the rate every other 10 s) on each instance.
     let t = Instant::now();
     let profile = sim::cost::profile("llama-8b-h100").unwrap();
+    let mut pool = HashMap::new();
     let runs: Vec<_> = (0..INSTANCES)
         .map(|k| {
             let mut rng = tokenscope::fixtures::Rng::new(11 + k as u64);
             let name = format!("gpu-{k}");
             let rate = wanted / INSTANCES as f64 / HOUR_S / 2.0;
-            let reqs = sim::load::poisson(&name, start, rate, HOUR_S, true, &mut rng);
+            let mut reqs = sim::load::poisson(&name, start, rate, HOUR_S, true, &mut rng);
+            ask_from_families(&mut reqs, &mut pool, &mut rng);
             sim::traffic(&name, profile, reqs, 11 + k as u64)
         })
         .collect();
@@ -179,6 +183,10 @@ async fn main() {
             format!("{base}/api/v1/slow-set?from={start}&to={end}&slow=ttft&min_ms=500"),
         ),
         (
+            "prompt families of the hour",
+            format!("{base}/api/v1/fingerprints?from={start}&to={end}"),
+        ),
+        (
             "a culprit's victims",
             format!("{base}/api/v1/requests/{culprit}/victims?instance={culprit_instance}"),
         ),
@@ -194,6 +202,36 @@ async fn main() {
         &format!("{base}/api/v1/diagnosis?from={start}&to={end}&limit=5000&ttft_ms=2001"),
     )
     .await;
+}
+
+/// Families of prompts the clients ask (a system prompt each family shares, 32 blocks), and
+/// prompts in them (the family's blocks, then the prompt's own), each asked many times.
+const FAMILIES: u64 = 30;
+const PROMPTS: u64 = 600;
+
+/// Gives each request one of the [`PROMPTS`]: its block chain, and the prompt and answer lengths
+/// of the first request that drew it (so lengths keep the generator's spread, and a prompt asked
+/// again is the same prompt). `pool` holds those lengths across instances.
+fn ask_from_families(
+    reqs: &mut [sim::engine::SimRequest],
+    pool: &mut HashMap<u64, (u32, u32)>,
+    rng: &mut sim::Rng,
+) {
+    const SHARED: u64 = 32;
+    for r in reqs {
+        let k = rng.below(PROMPTS);
+        let (prompt, output) = *pool
+            .entry(k)
+            .or_insert((r.prompt_tokens.max(33 * 16), r.output_tokens));
+        let family = k % FAMILIES;
+        let own = u64::from(prompt / 16) - SHARED;
+        r.prompt_blocks = (0..SHARED)
+            .map(|j| ((family + 1) << 32) | j)
+            .chain((0..own).map(|j| ((k + 1) << 48) | j))
+            .collect();
+        r.prompt_tokens = prompt;
+        r.output_tokens = output;
+    }
 }
 
 /// The query `RUNS` times (5 for the slow one); prints p50 / p95 and the reply's size.

@@ -25,22 +25,32 @@ pub struct AnswerRow {
 }
 
 impl Store {
-    /// The first `limit` requests of `f`'s window with a fingerprint, oldest first, each with its
-    /// prompt's key.
+    /// The requests of `f`'s window that have a fingerprint among its first `limit` answered
+    /// ones, oldest first, each with its prompt's key. The first are found by their arrival alone
+    /// (a narrow sort), then read without sorting: ordering whole rows made Postgres carry each
+    /// one's `detail` through the sort (to hash it after the limit) and spill it to disk.
     pub async fn prompt_keys(&self, f: &RequestFilter, limit: i64) -> Result<Vec<PromptKeyRow>> {
-        Ok(sqlx::query_as!(
+        let mut rows = sqlx::query_as!(
             PromptKeyRow,
-            r#"SELECT md5((r.detail -> 'prefix_cache' -> 'block_hashes')::text || ':'
-                          || (r.detail -> 'prefix_cache' ->> 'blocks') || ':' || r.prompt_tokens) AS "key!",
+            r#"WITH cut AS (
+                 SELECT r.arrival_ns
+                 FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
+                 WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
+                   AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
+                   AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
+                   AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                   AND ($11::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17))) AND r.output_tokens > 0
+                 ORDER BY r.arrival_ns OFFSET $10::bigint - 1 LIMIT 1)
+               SELECT r.prompt_key AS "key!",
                       r.instance_id, i.instance_key AS instance, r.request_id, r.arrival_ns
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
                  AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
                  AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
                  AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
-                 AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
-                 AND r.detail ? 'prefix_cache' AND r.output_tokens > 0
-               ORDER BY r.arrival_ns, r.request_id LIMIT $10"#,
+                 AND ($11::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
+                 AND r.prompt_key IS NOT NULL AND r.output_tokens > 0
+                 AND ((SELECT arrival_ns FROM cut) IS NULL OR r.arrival_ns <= (SELECT arrival_ns FROM cut))"#,
             f.instance_list(),
             f.engine,
             f.model,
@@ -60,7 +70,11 @@ impl Store {
             f.batch_size.1,
         )
         .fetch_all(&self.pool)
-        .await?)
+        .await?;
+        // Arrivals equal to the cut's can take the count past `limit`.
+        rows.sort_by(|a, b| (a.arrival_ns, &a.request_id).cmp(&(b.arrival_ns, &b.request_id)));
+        rows.truncate(usize::try_from(limit).unwrap_or(0));
+        Ok(rows)
     }
 
     /// The answers of the requests `keys` names (instance id, request id, arrival), as token ids.

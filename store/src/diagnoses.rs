@@ -225,7 +225,8 @@ impl Store {
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
-                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
+                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens,
+                      NULL::jsonb AS prefix_cache -- the diagnosis does not read the chains
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE r.instance_id = $1 AND r.arrival_ns >= $2 AND r.arrival_ns <= $3 AND r.finished_ns >= $4
                  AND ($5::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($5, $6::text))
@@ -395,7 +396,7 @@ impl Store {
                       OR EXISTS (SELECT 1 FROM requests r JOIN models m ON m.id = r.model_id
                         WHERE r.instance_id = d.instance_id AND r.request_id = d.request_id
                           AND r.arrival_ns = d.arrival_ns AND ($4 IS NULL OR m.name = $4)
-                          AND ($8 IS NULL OR r.tenant = ANY($8)) AND ($9 IS NULL OR r.lora_adapter = $9) AND ($14::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $14) AND ($15::int IS NULL OR r.prompt_tokens >= $15) AND ($16::int IS NULL OR r.prompt_tokens < $16) AND ($17::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $17) AND ($18::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $18) AND ($19::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $19 AND ($20::int IS NULL OR c1.max_batch_size < $20)))
+                          AND ($8 IS NULL OR r.tenant = ANY($8)) AND ($9 IS NULL OR r.lora_adapter = $9) AND ($14::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $14) AND ($15::int IS NULL OR r.prompt_tokens >= $15) AND ($16::int IS NULL OR r.prompt_tokens < $16) AND ($17::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $17) AND ($18::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $18) AND ($19::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $19 AND ($20::int IS NULL OR c1.max_batch_size < $20)))
                           AND ($10 IS NULL OR r.priority = $10)))
                  AND d.arrival_ns >= $5 AND d.arrival_ns < $6
                  AND NOT EXISTS (SELECT 1 FROM unnest($11::int[], $12::bigint[], $13::bigint[]) AS q(instance_id, from_ns, to_ns)

@@ -1,11 +1,11 @@
-//! Reads prompt fingerprints: the block-hash chains (`detail.prefix_cache`) of a window's
+//! Reads prompt fingerprints: the block-hash chains (`requests.prefix_cache`) of a window's
 //! requests with what the families view needs beside them, and the prompt tokens an instance
 //! computed in an interval (whose allocations could have evicted a family's blocks).
 
 use tokenscope_core::model::{Nanos, PrefixCache};
 
 use super::{RequestFilter, Store};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A request with a fingerprint.
 pub struct FingerprintRow {
@@ -43,17 +43,17 @@ impl Store {
                    AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
                    AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
                    AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
-                   AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
+                   AND ($11::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
                  ORDER BY r.arrival_ns DESC OFFSET $10 LIMIT 1)
                SELECT r.request_id, i.instance_key, r.arrival_ns, r.ttft_ns, r.cached_tokens,
-                      r.detail -> 'prefix_cache' AS "prefix_cache!", (SELECT arrival_ns FROM cut) IS NOT NULL AS "more!"
+                      r.prefix_cache AS "prefix_cache!: sqlx::types::Json<PrefixCache>", (SELECT arrival_ns FROM cut) IS NOT NULL AS "more!"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
                  AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
                  AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
                  AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
-                 AND ($11::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
-                 AND r.detail ? 'prefix_cache'
+                 AND ($11::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
+                 AND r.prefix_cache IS NOT NULL
                  AND ((SELECT arrival_ns FROM cut) IS NULL OR r.arrival_ns > (SELECT arrival_ns FROM cut))"#,
             f.instance_list(),
             f.engine,
@@ -78,24 +78,15 @@ impl Store {
         let more = rows.first().is_some_and(|r| r.more);
         let mut out = rows
             .into_iter()
-            .map(|r| {
-                let prefix_cache: PrefixCache =
-                    serde_json::from_value(r.prefix_cache).map_err(|e| {
-                        Error::Internal(format!(
-                            "request {:?}: stored prefix_cache: {e}",
-                            r.request_id
-                        ))
-                    })?;
-                Ok(FingerprintRow {
-                    request_id: r.request_id,
-                    instance: r.instance_key,
-                    arrival_ns: r.arrival_ns,
-                    ttft_ns: r.ttft_ns,
-                    cached_tokens: super::read::count(r.cached_tokens),
-                    prefix_cache,
-                })
+            .map(|r| FingerprintRow {
+                request_id: r.request_id,
+                instance: r.instance_key,
+                arrival_ns: r.arrival_ns,
+                ttft_ns: r.ttft_ns,
+                cached_tokens: super::read::count(r.cached_tokens),
+                prefix_cache: r.prefix_cache.0,
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Vec<_>>();
         out.sort_by(|a, b| (a.arrival_ns, &a.request_id).cmp(&(b.arrival_ns, &b.request_id)));
         Ok((out, more))
     }

@@ -48,6 +48,7 @@ pub(crate) struct StoredRequest {
     pub(crate) parent_span_id: Option<Vec<u8>>,
     pub(crate) detail: serde_json::Value,
     pub(crate) tokens: Option<Vec<u8>>,
+    pub(crate) prefix_cache: Option<serde_json::Value>,
 }
 
 /// A request of a list: the columns derived at ingest, no tokens.
@@ -256,7 +257,7 @@ impl Store {
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($16::text[] IS NULL OR r.tenant = ANY($16)) AND ($17::text IS NULL OR r.lora_adapter = $17) AND ($19::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $19) AND ($20::int IS NULL OR r.prompt_tokens >= $20) AND ($21::int IS NULL OR r.prompt_tokens < $21) AND ($22::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $22) AND ($23::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $23) AND ($24::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $24 AND ($25::int IS NULL OR c1.max_batch_size < $25))) AND ($18::int IS NULL OR r.priority = $18)
+                 AND ($3::text IS NULL OR m.name = $3) AND ($16::text[] IS NULL OR r.tenant = ANY($16)) AND ($17::text IS NULL OR r.lora_adapter = $17) AND ($19::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $19) AND ($20::int IS NULL OR r.prompt_tokens >= $20) AND ($21::int IS NULL OR r.prompt_tokens < $21) AND ($22::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $22) AND ($23::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $23) AND ($24::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $24 AND ($25::int IS NULL OR c1.max_batch_size < $25))) AND ($18::int IS NULL OR r.priority = $18)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
@@ -319,7 +320,7 @@ impl Store {
                     JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE d.causes @> ARRAY[$16::text] AND d.arrival_ns >= $4 AND d.arrival_ns < $5 AND ($1::text[] IS NULL OR i.instance_key = ANY($1))
                  AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text[] IS NULL OR r.tenant = ANY($17)) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($20::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $20) AND ($21::int IS NULL OR r.prompt_tokens >= $21) AND ($22::int IS NULL OR r.prompt_tokens < $22) AND ($23::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $23) AND ($24::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $24) AND ($25::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $25 AND ($26::int IS NULL OR c1.max_batch_size < $26))) AND ($19::int IS NULL OR r.priority = $19)
+                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text[] IS NULL OR r.tenant = ANY($17)) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($20::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $20) AND ($21::int IS NULL OR r.prompt_tokens >= $21) AND ($22::int IS NULL OR r.prompt_tokens < $22) AND ($23::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $23) AND ($24::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $24) AND ($25::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $25 AND ($26::int IS NULL OR c1.max_batch_size < $26))) AND ($19::int IS NULL OR r.priority = $19)
                  AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
                  AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
@@ -414,7 +415,7 @@ impl Store {
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
-                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
+                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens, r.prefix_cache
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE r.request_id = $1 AND ($2::text[] IS NULL OR i.instance_key = ANY($2))
                ORDER BY r.arrival_ns DESC
@@ -440,10 +441,10 @@ impl Store {
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
-                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens
+                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens, r.prefix_cache
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($13::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $13) AND ($14::int IS NULL OR r.prompt_tokens >= $14) AND ($15::int IS NULL OR r.prompt_tokens < $15) AND ($16::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $16) AND ($17::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $17) AND ($18::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $18 AND ($19::int IS NULL OR c1.max_batch_size < $19))) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
+                 AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($13::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $13) AND ($14::int IS NULL OR r.prompt_tokens >= $14) AND ($15::int IS NULL OR r.prompt_tokens < $15) AND ($16::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $16) AND ($17::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $17) AND ($18::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $18 AND ($19::int IS NULL OR c1.max_batch_size < $19))) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($6::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($6, $7::text))
                ORDER BY r.arrival_ns, r.request_id
                LIMIT $8"#,
@@ -485,6 +486,7 @@ impl Store {
     /// model's vocabulary filled in.
     async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
         let detail = Detail::parse(row.detail)?;
+        let prefix_cache = super::write::prefix_cache(row.prefix_cache)?;
         let tokens = match &row.tokens {
             None => Vec::new(),
             Some(block) => {
@@ -515,6 +517,7 @@ impl Store {
             ..RequestTrace::default()
         };
         detail.apply(&mut trace);
+        trace.served.prefix_cache = prefix_cache;
         Ok(Loaded {
             trace,
             instance_id: row.instance_id,

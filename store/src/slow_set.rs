@@ -60,7 +60,7 @@ impl Store {
                         width_bucket(r.prompt_tokens, $13::int[]) AS prompt_length,
                         (CASE WHEN r.cached_tokens = 0 THEN 0
                               WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) AS cached_share,
-                        r.detail -> 'prefix_cache' -> 'block_hashes' ->> 0 AS prompt_start,
+                        r.prefix_cache -> 'block_hashes' ->> 0 AS prompt_start,
                         width_bucket(c.max_batch_size, $14::int[]) AS batch_at_arrival,
                         ((r.arrival_ns / 3600000000000) % 24)::int AS hour,
                         CASE $10::text
@@ -75,7 +75,7 @@ impl Store {
                   AND c.cell_ns >= $15 AND c.cell_ns < $5
                  WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2)
                    AND ($9::text IS NULL OR i.engine_version = $9) AND ($3::text IS NULL OR m.name = $3)
-                   AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7) AND ($16::text IS NULL OR (r.detail -> 'prefix_cache' -> 'block_hashes') ? $16) AND ($17::int IS NULL OR r.prompt_tokens >= $17) AND ($18::int IS NULL OR r.prompt_tokens < $18) AND ($19::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $19) AND ($20::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $20) AND ($21::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $21 AND ($22::int IS NULL OR c1.max_batch_size < $22)))
+                   AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7) AND ($16::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $16) AND ($17::int IS NULL OR r.prompt_tokens >= $17) AND ($18::int IS NULL OR r.prompt_tokens < $18) AND ($19::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $19) AND ($20::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $20) AND ($21::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $21 AND ($22::int IS NULL OR c1.max_batch_size < $22)))
                    AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                )
                SELECT CASE WHEN GROUPING(instance_key) = 0 THEN 'instance'

@@ -1,6 +1,7 @@
 //! Percentile charts over time (SVG, so they render on the server): TTFT or TPOT p50/p90/p99 per
-//! bucket, the SLO as a line, SLO breaches as marks along the bottom, and a brush that reports
-//! the span of time dragged across.
+//! bucket, the SLO as a line, SLO breaches as marks along the bottom, and two brushes: one
+//! reports the span of time dragged across the plot, the other the band of latency dragged along
+//! the latency axis (which requests count as slow).
 
 use leptos::prelude::*;
 
@@ -30,6 +31,13 @@ impl Metric {
         match self {
             Metric::Ttft => "TTFT",
             Metric::Tpot => "TPOT",
+        }
+    }
+    /// Its name in URLs (`slow=ttft`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Metric::Ttft => "ttft",
+            Metric::Tpot => "tpot",
         }
     }
     fn of(self, b: &LatencyBucket) -> Option<Percentiles> {
@@ -88,7 +96,39 @@ fn path(
     d
 }
 
-/// The chart of one metric. `brush` receives the dragged span (from, to) when there is one.
+/// A band of latency picked on the axis: from `min_ms`, up to `max_ms` (`None`: dragged to the
+/// top, open above).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Band {
+    pub metric: Metric,
+    pub min_ms: f64,
+    pub max_ms: Option<f64>,
+}
+
+/// What a drag is picking: a span of time (across the plot) or a band of latency (along the
+/// axis), as the two ends in SVG units.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Drag {
+    Time(f64, f64),
+    Latency(f64, f64),
+}
+
+/// Two significant digits: a dragged 512.3 ms is 510 ms in the URL and the panel.
+pub fn round2(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 0.0;
+    }
+    // Dividing by a whole power of ten keeps 0.073 the double that "0.073" parses to.
+    let e = v.log10().floor() as i32 - 1;
+    if e >= 0 {
+        (v / 10f64.powi(e)).round() * 10f64.powi(e)
+    } else {
+        (v * 10f64.powi(-e)).round() / 10f64.powi(-e)
+    }
+}
+
+/// The chart of one metric. `brush` receives the dragged span (from, to) when there is one;
+/// `band`, the latency band dragged along the axis.
 #[component]
 pub fn LatencyChart(
     series: LatencySeries,
@@ -97,6 +137,7 @@ pub fn LatencyChart(
     #[prop(optional)]
     overlay: Option<LatencySeries>,
     #[prop(optional)] brush: Option<Callback<(Nanos, Nanos)>>,
+    #[prop(optional)] band: Option<Callback<Band>>,
 ) -> impl IntoView {
     let zone = use_context::<RwSignal<Zone>>().unwrap_or_default();
     let (from, to) = (series.from_ns, series.to_ns.max(series.from_ns + 1));
@@ -119,6 +160,8 @@ pub fn LatencyChart(
     let (lmin, lmax) = (y_min.ln(), y_max.ln());
     let y =
         move |v: f64| TOP + (1.0 - (v.max(y_min).ln() - lmin) / (lmax - lmin)) * (H - TOP - BOTTOM);
+    let v_at =
+        move |py: f64| (lmin + (1.0 - (py - TOP) / (H - TOP - BOTTOM)) * (lmax - lmin)).exp();
     let lines = [
         ("p50", "p50", "#56b4e9", "", 1.5),
         ("p90", "p90", "#0072b2", "", 1.8),
@@ -182,14 +225,18 @@ pub fn LatencyChart(
             })
             .collect_view()
     };
-    let drag = RwSignal::new(None::<(f64, f64)>);
-    let svg_x = |ev: &leptos::ev::MouseEvent| -> Option<f64> {
+    let drag = RwSignal::new(None::<Drag>);
+    // Where the pointer is in SVG units.
+    let at = |ev: &leptos::ev::MouseEvent| -> Option<(f64, f64)> {
         #[cfg(feature = "hydrate")]
         {
             use wasm_bindgen::JsCast;
             let el: web_sys::Element = ev.current_target()?.dyn_into().ok()?;
             let r = el.get_bounding_client_rect();
-            Some((f64::from(ev.client_x()) - r.left()) / r.width() * W)
+            Some((
+                (f64::from(ev.client_x()) - r.left()) / r.width() * W,
+                (f64::from(ev.client_y()) - r.top()) / r.height() * H,
+            ))
         }
         #[cfg(not(feature = "hydrate"))]
         {
@@ -197,27 +244,75 @@ pub fn LatencyChart(
             None
         }
     };
+    let start = move |(px, py): (f64, f64)| {
+        if px < LEFT && band.is_some() {
+            drag.set(Some(Drag::Latency(py, py)));
+        } else if brush.is_some() {
+            drag.set(Some(Drag::Time(px, px)));
+        }
+    };
+    let extend = move |(px, py): (f64, f64)| match drag.get_untracked() {
+        Some(Drag::Time(a, _)) => drag.set(Some(Drag::Time(a, px))),
+        Some(Drag::Latency(a, _)) => drag.set(Some(Drag::Latency(a, py))),
+        None => {}
+    };
+    let finish = move || match (drag.get_untracked(), brush, band) {
+        (Some(Drag::Time(a, b)), Some(cb), _) => {
+            drag.set(None);
+            let (l, r) = (a.min(b).max(LEFT), a.max(b).min(W - RIGHT));
+            if r - l >= 4.0 {
+                cb.run((t_at(l), t_at(r)))
+            }
+        }
+        (Some(Drag::Latency(a, b)), _, Some(cb)) => {
+            drag.set(None);
+            let (top, bottom) = (a.min(b).max(TOP), a.max(b).min(H - BOTTOM));
+            if bottom - top >= 4.0 {
+                // A band dragged to the top of the plot is open above.
+                let max_ms = (top > TOP + 2.0).then(|| round2(v_at(top)));
+                cb.run(Band {
+                    metric,
+                    min_ms: round2(v_at(bottom)),
+                    max_ms,
+                })
+            }
+        }
+        _ => drag.set(None),
+    };
     let slo_y = y(slo);
+    let band_title = format!(
+        "Drag along the {} axis to call the requests in that band slow and see what they have in common",
+        metric.name()
+    );
     view! {
         <svg class="chart" viewBox=format!("0 0 {W} {H}") role="img"
             aria-label=format!("{} p50, p90 and p99 over time", metric.name())
-            on:mousedown=move |ev| if brush.is_some() && let Some(px) = svg_x(&ev) { drag.set(Some((px, px))) }
-            on:mousemove=move |ev| if let (Some((a, _)), Some(px)) = (drag.get_untracked(), svg_x(&ev)) { drag.set(Some((a, px))) }
+            data-metric=metric.key()
+            on:mousedown=move |ev| if let Some(p) = at(&ev) { start(p) }
+            on:mousemove=move |ev| if let Some(p) = at(&ev) { extend(p) }
             on:mouseleave=move |_| drag.set(None)
-            on:mouseup=move |_| {
-                if let (Some((a, b)), Some(cb)) = (drag.get_untracked(), brush) {
-                    drag.set(None);
-                    let (l, r) = (a.min(b).max(LEFT), a.max(b).min(W - RIGHT));
-                    if r - l >= 4.0 { cb.run((t_at(l), t_at(r))) }
-                }
-            }>
+            on:mouseup=move |_| finish()>
             <g class="axis">{y_ticks}{x_ticks}</g>
+            {band.is_some().then(|| view! {
+                <rect class="band-handle" data-testid="latency-axis" x=0 y=TOP width=LEFT height=H - TOP - BOTTOM><title>{band_title}</title></rect>
+            })}
             <line class="slo" x1=LEFT x2=W - RIGHT y1=slo_y y2=slo_y/>
             <text class="slo-label" x=W - RIGHT - 2.0 y=slo_y - 3.0 text-anchor="end">{format!("SLO {}", duration_ms(slo))}</text>
             {breaches}
             {a_paths}
             {b_paths}
-            {move || drag.get().map(|(a, b)| view! { <rect class="brush" x=a.min(b) y=TOP width=(a - b).abs() height=H - TOP - BOTTOM/> })}
+            {move || drag.get().map(|d| match d {
+                Drag::Time(a, b) => view! { <rect class="brush" x=a.min(b) y=TOP width=(a - b).abs() height=H - TOP - BOTTOM/> }.into_any(),
+                Drag::Latency(a, b) => {
+                    let (top, bottom) = (a.min(b).max(TOP), a.max(b).min(H - BOTTOM));
+                    let label = format!("{} – {}", duration_ms(round2(v_at(bottom))),
+                        if top > TOP + 2.0 { duration_ms(round2(v_at(top))) } else { "any".into() });
+                    view! {
+                        <rect class="brush band" x=LEFT y=top width=W - LEFT - RIGHT height=bottom - top/>
+                        <text class="band-label" x=LEFT + 4.0 y=top + 11.0>{label}</text>
+                    }.into_any()
+                }
+            })}
         </svg>
     }
 }
@@ -243,7 +338,15 @@ fn log_ticks(min: f64, max: f64) -> Vec<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{log_ticks, nice_max};
+    use super::{log_ticks, nice_max, round2};
+
+    #[test]
+    fn dragged_latencies_are_round() {
+        assert_eq!(round2(512.3), 510.0);
+        assert_eq!(round2(2_049.0), 2_000.0);
+        assert_eq!(round2(0.0734).to_string(), "0.073");
+        assert_eq!(round2(0.0), 0.0);
+    }
 
     #[test]
     fn log_ticks_are_round_and_few() {

@@ -37,27 +37,30 @@ pub struct Node {
 /// The families of `chains` (each a prompt's block hashes, from the first block), largest first
 /// and, at equal size, shallowest first.
 pub fn families(chains: &[&[u64]]) -> Vec<Node> {
-    let mut through: HashMap<(usize, u64), usize> = HashMap::new();
+    // How many chains pass through each node, keyed by (depth, hash) folded into one u64.
+    let key = |d: usize, h: u64| h ^ (d as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut through: foldhash::HashMap<u64, u32> = foldhash::HashMap::default();
+    through.reserve(chains.iter().map(|c| c.len()).sum::<usize>() / 4);
     for chain in chains {
         for (d, &h) in chain.iter().enumerate() {
-            *through.entry((d, h)).or_default() += 1;
+            *through.entry(key(d, h)).or_default() += 1;
         }
     }
-    let count = |d: usize, h: u64| through.get(&(d, h)).copied().unwrap_or(0);
     let mut nodes: Vec<Node> = Vec::new();
-    let mut index: HashMap<(usize, u64), usize> = HashMap::new();
+    let mut index: foldhash::HashMap<u64, usize> = foldhash::HashMap::default();
+    let mut counts: Vec<u32> = Vec::new();
     for (i, chain) in chains.iter().enumerate() {
+        counts.clear();
+        counts.extend(chain.iter().enumerate().map(|(d, &h)| through[&key(d, h)]));
         let mut parent = None;
         for (d, &h) in chain.iter().enumerate() {
-            let n = count(d, h);
+            let n = counts[d];
             // Everyone here goes on to the same next block: not a place where prompts part.
-            let runs_on = chain
-                .get(d + 1)
-                .is_some_and(|&next| count(d + 1, next) == n);
-            if n < MIN_REQUESTS || runs_on {
+            let runs_on = counts.get(d + 1) == Some(&n);
+            if (n as usize) < MIN_REQUESTS || runs_on {
                 continue;
             }
-            let k = *index.entry((d, h)).or_insert_with(|| {
+            let k = *index.entry(key(d, h)).or_insert_with(|| {
                 nodes.push(Node {
                     hash: h,
                     depth: d + 1,

@@ -92,17 +92,37 @@ pub struct PrefixCache {
 pub const MAX_BLOCK_HASHES: usize = 64;
 
 mod hex_u64s {
-    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+    use serde::{Deserialize, Deserializer, Serializer, de::Error, de::Visitor};
 
     pub fn serialize<S: Serializer>(v: &[u64], s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(v.iter().map(|h| format!("{h:016x}")))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
-        Vec::<String>::deserialize(d)?
-            .iter()
-            .map(|h| u64::from_str_radix(h, 16).map_err(D::Error::custom))
-            .collect()
+        Ok(Vec::<Hex>::deserialize(d)?
+            .into_iter()
+            .map(|h| h.0)
+            .collect())
+    }
+
+    /// One hash, parsed from the string as it is read: a read of 50,000 fingerprints is 2.6
+    /// million of them, and a `String` each was a tenth of its time.
+    struct Hex(u64);
+
+    impl<'de> Deserialize<'de> for Hex {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Digits;
+            impl Visitor<'_> for Digits {
+                type Value = Hex;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a block hash as 16 hex digits")
+                }
+                fn visit_str<E: Error>(self, v: &str) -> Result<Hex, E> {
+                    u64::from_str_radix(v, 16).map(Hex).map_err(E::custom)
+                }
+            }
+            d.deserialize_str(Digits)
+        }
     }
 }
 

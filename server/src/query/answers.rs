@@ -21,10 +21,10 @@ pub async fn answer_drift(
     a: &RequestFilter,
     b: &RequestFilter,
 ) -> Result<Option<AnswerDrift>> {
-    let (a_rows, b_rows) = (
-        store.prompt_keys(a, MAX_ASKED).await?,
-        store.prompt_keys(b, MAX_ASKED).await?,
-    );
+    let (a_rows, b_rows) = tokio::try_join!(
+        store.prompt_keys(a, MAX_ASKED),
+        store.prompt_keys(b, MAX_ASKED),
+    )?;
     if a_rows.is_empty() && b_rows.is_empty() {
         return Ok(None);
     }

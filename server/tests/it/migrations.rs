@@ -1,6 +1,7 @@
 //! Schema upgrades keep what users stored: a database created by the first migration, holding
 //! iterations, gets their rollups back-filled and its steps moved into blocks when the server
-//! migrates it to the current schema.
+//! migrates it to the current schema; requests stored with their prefix cache inside `detail`
+//! get it moved to its own column, and read back the same.
 
 use crate::common;
 
@@ -8,7 +9,9 @@ use std::borrow::Cow;
 
 use common::*;
 use sqlx::{Connection, PgConnection};
+use tokenscope::store::Store;
 use tokenscope::store::step_block::{self, Step};
+use tokenscope_core::model::PrefixCache;
 
 #[tokio::test]
 async fn the_rollup_migration_back_fills_stored_iterations() {
@@ -98,4 +101,105 @@ async fn the_rollup_migration_back_fills_stored_iterations() {
         })
         .collect();
     assert_eq!(steps, expected);
+}
+
+#[tokio::test]
+async fn the_prefix_cache_moves_out_of_detail_and_reads_back_the_same() {
+    let url = fresh_database().await;
+    let mut db = PgConnection::connect(&url).await.unwrap();
+    let mut before = sqlx::migrate!("../migrations");
+    let last = before
+        .migrations
+        .iter()
+        .position(|m| m.description.contains("prefix cache column"))
+        .expect("the prefix cache migration");
+    before.migrations = Cow::Owned(before.migrations[..last].to_vec());
+    before.run(&mut db).await.unwrap();
+
+    // Two requests as the schema before stored them: one with a prefix cache inside `detail`
+    // (beside its tenant), one without.
+    let day = T0 - T0.rem_euclid(86_400_000_000_000);
+    for statement in [
+        format!(
+            "CREATE TABLE requests_p20261130 PARTITION OF requests FOR VALUES FROM ({day}) TO ({})",
+            day + 86_400_000_000_000
+        ),
+        "INSERT INTO models (name) VALUES ('m')".to_string(),
+        "INSERT INTO instances (instance_key, engine, engine_version, model_id, role, host, first_seen_ns,
+             last_seen_ns) VALUES ('gpu-0', 'vllm', '0.11', 1, 'colocated', 'h', 0, 0)"
+            .to_string(),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(statement))
+            .execute(&mut db)
+            .await
+            .unwrap();
+    }
+    let cache = PrefixCache {
+        gpu_tokens: 32,
+        cpu_tokens: 0,
+        external_tokens: 0,
+        block_size: 16,
+        block_hashes: vec![u64::MAX, 7, 1 << 63],
+        blocks: 40,
+    };
+    let detail = |with: bool| {
+        let mut d = serde_json::json!({
+            "queued_ns": null, "first_scheduled_ns": null, "first_token_ns": null,
+            "kv_transfer": null, "sampling": {}, "tenant": "acme"
+        });
+        if with {
+            d["prefix_cache"] = serde_json::to_value(&cache).unwrap();
+        }
+        d
+    };
+    for (k, with) in [(0, true), (1, false)] {
+        sqlx::query(
+            "INSERT INTO requests (instance_id, model_id, request_id, arrival_ns, finished_ns, e2e_ns,
+                 prompt_tokens, output_tokens, cached_tokens, finish_reason, detail)
+             VALUES (1, 1, $1, $2, $2 + 1000000000, 1000000000, 640, 10, 32, 'stop', $3)",
+        )
+        .bind(format!("old-{k}"))
+        .bind(T0 + k)
+        .bind(detail(with))
+        .execute(&mut db)
+        .await
+        .unwrap();
+    }
+
+    let store = Store::connect(&url).await.unwrap();
+    let read = |id: &'static str| {
+        let store = &store;
+        async move {
+            let loaded = store.load_request_rows(id, &[]).await.unwrap();
+            loaded[0].trace.served.clone()
+        }
+    };
+    let with = read("old-0").await;
+    assert_eq!(with.prefix_cache.as_ref(), Some(&cache));
+    assert_eq!(with.tenant.as_deref(), Some("acme"));
+    let without = read("old-1").await;
+    assert_eq!(without.prefix_cache, None);
+    assert_eq!(without.tenant.as_deref(), Some("acme"));
+    let columns: Vec<(String, bool, bool, Option<String>)> = sqlx::query_as(
+        "SELECT request_id, detail ? 'prefix_cache', prefix_cache IS NOT NULL, tenant
+         FROM requests ORDER BY request_id",
+    )
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(
+        columns,
+        [
+            ("old-0".into(), false, true, Some("acme".into())),
+            ("old-1".into(), false, false, Some("acme".into())),
+        ]
+    );
+    // The prompt's key is kept for the request with a chain, and only for it.
+    let keys: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT prompt_key FROM requests ORDER BY request_id")
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+    assert!(keys[0].as_ref().is_some_and(|k| k.len() == 32), "{keys:?}");
+    assert_eq!(keys[1], None);
 }

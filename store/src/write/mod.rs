@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use tokenscope_core::model::metrics::{WordStats, request_metrics, word_stats};
 use tokenscope_core::model::{
-    KvTransfer, Nanos, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams, Served,
-    unhex,
+    KvTransfer, Nanos, Preemption, PrefillChunk, PrefixCache, RequestTrace, Resource,
+    SamplingParams, Served, unhex,
 };
 
 use super::token_block::{self, StoredText};
@@ -18,7 +18,8 @@ use super::{Store, partitions::day_of};
 use crate::batch::{ResourceBatch, Stored};
 use crate::error::{Error, Result};
 
-/// The small, rarely filtered parts of a request, kept as JSON in `requests.detail`.
+/// The small, rarely filtered parts of a request, kept as JSON in `requests.detail` (the prefix
+/// cache, large, in its own column `requests.prefix_cache`).
 #[derive(Serialize, Deserialize)]
 pub(super) struct Detail {
     pub queued_ns: Option<Nanos>,
@@ -45,7 +46,8 @@ impl Detail {
         })
     }
 
-    /// Puts the stage times and details back into a request read from its row.
+    /// Puts the stage times and details back into a request read from its row (without its
+    /// prefix cache: see [`prefix_cache`]).
     pub fn apply(self, r: &mut RequestTrace) {
         r.queued_ns = self.queued_ns;
         r.first_scheduled_ns = self.first_scheduled_ns;
@@ -56,6 +58,14 @@ impl Detail {
         r.sampling = self.sampling;
         r.served = self.served;
     }
+}
+
+/// A request's prefix cache as read from `requests.prefix_cache`.
+pub(super) fn prefix_cache(value: Option<serde_json::Value>) -> Result<Option<PrefixCache>> {
+    value
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| Error::Internal(format!("stored prefix cache is unreadable: {e}")))
 }
 
 impl Store {
@@ -223,10 +233,10 @@ impl Store {
         let inserted = sqlx::query!(
             r#"INSERT INTO requests (instance_id, model_id, request_id, arrival_ns, finished_ns, ttft_ns, tpot_ns,
                    e2e_ns, queue_ns, prompt_tokens, output_tokens, cached_tokens, finish_reason, trace_id,
-                   parent_span_id, detail, tokens)
+                   parent_span_id, detail, tokens, prefix_cache)
                SELECT $1::int, $2::int, * FROM UNNEST($3::text[], $4::bigint[], $5::bigint[], $6::bigint[],
                    $7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::int[], $12::int[], $13::text[],
-                   $14::bytea[], $15::bytea[], $16::jsonb[], $17::bytea[])
+                   $14::bytea[], $15::bytea[], $16::jsonb[], $17::bytea[], $18::jsonb[])
                ON CONFLICT DO NOTHING"#,
             instance_id,
             model_id,
@@ -245,6 +255,7 @@ impl Store {
             &rows.parent_span_id as &[Option<Vec<u8>>],
             &rows.detail,
             &rows.tokens as &[Option<Vec<u8>>],
+            &rows.prefix_cache as &[Option<serde_json::Value>],
         )
         .execute(&mut *tx)
         .await?
@@ -392,11 +403,14 @@ struct RequestRows {
     parent_span_id: Vec<Option<Vec<u8>>>,
     detail: Vec<serde_json::Value>,
     tokens: Vec<Option<Vec<u8>>>,
+    prefix_cache: Vec<Option<serde_json::Value>>,
 }
 
 impl RequestRows {
     fn push(&mut self, r: &RequestTrace, tokens: Option<Vec<u8>>) {
         let m = request_metrics(r);
+        let mut served = r.served.clone();
+        let prefix_cache = served.prefix_cache.take();
         let detail = Detail {
             queued_ns: r.queued_ns,
             first_scheduled_ns: r.first_scheduled_ns,
@@ -405,7 +419,7 @@ impl RequestRows {
             preemptions: r.preemptions.clone(),
             kv_transfer: r.kv_transfer.clone(),
             sampling: r.sampling.clone(),
-            served: r.served.clone(),
+            served,
             words: word_stats(r),
         };
         self.request_id.push(r.request_id.clone());
@@ -428,6 +442,9 @@ impl RequestRows {
         self.detail
             .push(serde_json::to_value(detail).expect("Detail serializes to JSON"));
         self.tokens.push(tokens);
+        self.prefix_cache.push(
+            prefix_cache.map(|p| serde_json::to_value(p).expect("PrefixCache serializes to JSON")),
+        );
     }
 
     /// Keeps the rows not stored yet: not in `existing`, and not repeated earlier in this batch.
@@ -457,5 +474,6 @@ impl RequestRows {
         filter(&mut self.parent_span_id, &keep);
         filter(&mut self.detail, &keep);
         filter(&mut self.tokens, &keep);
+        filter(&mut self.prefix_cache, &keep);
     }
 }

@@ -1,6 +1,7 @@
-//! The explorer (`/`): filters and range, TTFT/TPOT percentiles over time (drag to narrow), and
-//! what the window's slow requests have in common (when asked), and the request table, slowest
-//! first, each row linking to its waterfall moment.
+//! The explorer (`/`): filters and range, TTFT/TPOT percentiles over time (drag across to narrow,
+//! along the latency axis to pick the slow set), and what the window's slow requests have in
+//! common (when asked), and the request table, slowest first, each row linking to its waterfall
+//! moment.
 
 mod common;
 mod families;
@@ -11,7 +12,7 @@ mod table;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
-use super::chart::{LatencyChart, Metric};
+use super::chart::{Band, LatencyChart, Metric};
 use super::fetch::get_json;
 use super::live::{Badge, Link};
 use super::time::now_ns;
@@ -119,6 +120,15 @@ pub fn Explorer() -> impl IntoView {
             q.to = Some(to);
         }))
     });
+    // A band dragged along a latency axis is the slow set: open the panel on it.
+    let pick = Callback::new(move |b: Band| {
+        go.run(query.get_untracked().with(|q| {
+            q.common = true;
+            q.slow = b.metric.key().into();
+            q.slow_min = b.min_ms.to_string();
+            q.slow_max = b.max_ms.map(|v| v.to_string()).unwrap_or_default();
+        }))
+    });
     view! {
         <Suspense fallback=|| view! { <div class="panel skeleton filters-skeleton">"Loading filters…"</div> }>
             {move || instances.get().map(|r| match r {
@@ -140,14 +150,14 @@ pub fn Explorer() -> impl IntoView {
                                 <i class="l-p50"></i>"p50" <i class="l-p90"></i>"p90" <i class="l-p99"></i>"p99"
                                 <i class="l-slo"></i>"SLO" <i class="l-breach"></i>"requests over SLO"
                             </span>
-                            <span class="hint">"Drag across a chart to narrow the range"</span>
+                            <span class="hint">"Drag across a chart to narrow the range, along its axis to pick the slow requests"</span>
                             <LiveBadge query=query link=link go=go/>
                         </div>
                         <div class="chart-pair">
                             <figure><figcaption>"Time to first token"</figcaption>
-                                <LatencyChart series=d.series.clone() metric=Metric::Ttft brush=narrow/></figure>
+                                <LatencyChart series=d.series.clone() metric=Metric::Ttft brush=narrow band=pick/></figure>
                             <figure><figcaption>"Time per output token"</figcaption>
-                                <LatencyChart series=d.series.clone() metric=Metric::Tpot brush=narrow/></figure>
+                                <LatencyChart series=d.series.clone() metric=Metric::Tpot brush=narrow band=pick/></figure>
                         </div>
                         <div class="panel-opens">
                             {(!query.get_untracked().common).then(|| view! { <common::OpenSlowSet query=query.get_untracked()/> })}
