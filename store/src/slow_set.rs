@@ -60,7 +60,7 @@ impl Store {
                         width_bucket(r.prompt_tokens, $13::int[]) AS prompt_length,
                         (CASE WHEN r.cached_tokens = 0 THEN 0
                               WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) AS cached_share,
-                        r.prefix_cache -> 'block_hashes' ->> 0 AS prompt_start,
+                        r.prompt_start,
                         width_bucket(c.max_batch_size, $14::int[]) AS batch_at_arrival,
                         ((r.arrival_ns / 3600000000000) % 24)::int AS hour,
                         CASE $10::text

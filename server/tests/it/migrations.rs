@@ -202,4 +202,11 @@ async fn the_prefix_cache_moves_out_of_detail_and_reads_back_the_same() {
             .unwrap();
     assert!(keys[0].as_ref().is_some_and(|k| k.len() == 32), "{keys:?}");
     assert_eq!(keys[1], None);
+    // So is the prompt's start (the slow set's tally), as the chain's first hash.
+    let starts: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT prompt_start FROM requests ORDER BY request_id")
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+    assert_eq!(starts, [Some("ffffffffffffffff".to_string()), None]);
 }
