@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, Postgres};
 
-use tokenscope_core::model::Nanos;
+use tokenscope_core::model::{Nanos, PrefixCache};
 
 use super::read::{Loaded, RequestFilter, StoredRequest};
 use super::{REQUEST_LOOKBACK_NS, Store, partitions::day_of};
@@ -226,7 +226,7 @@ impl Store {
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
                       r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens,
-                      NULL::jsonb AS prefix_cache -- the diagnosis does not read the chains
+                      NULL::jsonb AS "prefix_cache: sqlx::types::Json<PrefixCache>" -- the diagnosis does not read the chains
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE r.instance_id = $1 AND r.arrival_ns >= $2 AND r.arrival_ns <= $3 AND r.finished_ns >= $4
                  AND ($5::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($5, $6::text))

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokenscope_core::model::{
-    BatchEntry, EngineKind, FinishReason, Nanos, Phase, RequestTrace, Role, StepLoad,
+    BatchEntry, EngineKind, FinishReason, Nanos, Phase, PrefixCache, RequestTrace, Role, StepLoad,
 };
 
 use super::{Store, batch_block, token_block, write::Detail};
@@ -48,7 +48,7 @@ pub(crate) struct StoredRequest {
     pub(crate) parent_span_id: Option<Vec<u8>>,
     pub(crate) detail: serde_json::Value,
     pub(crate) tokens: Option<Vec<u8>>,
-    pub(crate) prefix_cache: Option<serde_json::Value>,
+    pub(crate) prefix_cache: Option<sqlx::types::Json<PrefixCache>>,
 }
 
 /// A request of a list: the columns derived at ingest, no tokens.
@@ -415,7 +415,8 @@ impl Store {
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
-                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens, r.prefix_cache
+                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens,
+                      r.prefix_cache AS "prefix_cache: sqlx::types::Json<PrefixCache>"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE r.request_id = $1 AND ($2::text[] IS NULL OR i.instance_key = ANY($2))
                ORDER BY r.arrival_ns DESC
@@ -441,7 +442,8 @@ impl Store {
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
                       r.arrival_ns, r.finished_ns, r.prompt_tokens, r.output_tokens, r.cached_tokens,
-                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens, r.prefix_cache
+                      r.finish_reason, r.trace_id, r.parent_span_id, r.detail, r.tokens,
+                      r.prefix_cache AS "prefix_cache: sqlx::types::Json<PrefixCache>"
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1)) AND ($2::text IS NULL OR i.engine = $2) AND ($9::text IS NULL OR i.engine_version = $9)
                  AND ($3::text IS NULL OR m.name = $3) AND ($10::text[] IS NULL OR r.tenant = ANY($10)) AND ($11::text IS NULL OR r.lora_adapter = $11) AND ($13::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $13) AND ($14::int IS NULL OR r.prompt_tokens >= $14) AND ($15::int IS NULL OR r.prompt_tokens < $15) AND ($16::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $16) AND ($17::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $17) AND ($18::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $18 AND ($19::int IS NULL OR c1.max_batch_size < $19))) AND ($12::int IS NULL OR r.priority = $12) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
@@ -486,7 +488,6 @@ impl Store {
     /// model's vocabulary filled in.
     async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
         let detail = Detail::parse(row.detail)?;
-        let prefix_cache = super::write::prefix_cache(row.prefix_cache)?;
         let tokens = match &row.tokens {
             None => Vec::new(),
             Some(block) => {
@@ -517,7 +518,7 @@ impl Store {
             ..RequestTrace::default()
         };
         detail.apply(&mut trace);
-        trace.served.prefix_cache = prefix_cache;
+        trace.served.prefix_cache = row.prefix_cache.map(|p| p.0);
         Ok(Loaded {
             trace,
             instance_id: row.instance_id,

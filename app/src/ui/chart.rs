@@ -256,6 +256,13 @@ pub fn LatencyChart(
         Some(Drag::Latency(a, _)) => drag.set(Some(Drag::Latency(a, py))),
         None => {}
     };
+    // The band between two drag ends: its top and bottom in SVG units, and its latencies (a band
+    // dragged to the top of the plot is open above).
+    let band_between = move |a: f64, b: f64| {
+        let (top, bottom) = (a.min(b).max(TOP), a.max(b).min(H - BOTTOM));
+        let max_ms = (top > TOP + 2.0).then(|| round2(v_at(top)));
+        (top, bottom, round2(v_at(bottom)), max_ms)
+    };
     let finish = move || match (drag.get_untracked(), brush, band) {
         (Some(Drag::Time(a, b)), Some(cb), _) => {
             drag.set(None);
@@ -266,13 +273,11 @@ pub fn LatencyChart(
         }
         (Some(Drag::Latency(a, b)), _, Some(cb)) => {
             drag.set(None);
-            let (top, bottom) = (a.min(b).max(TOP), a.max(b).min(H - BOTTOM));
+            let (top, bottom, min_ms, max_ms) = band_between(a, b);
             if bottom - top >= 4.0 {
-                // A band dragged to the top of the plot is open above.
-                let max_ms = (top > TOP + 2.0).then(|| round2(v_at(top)));
                 cb.run(Band {
                     metric,
-                    min_ms: round2(v_at(bottom)),
+                    min_ms,
                     max_ms,
                 })
             }
@@ -304,9 +309,8 @@ pub fn LatencyChart(
             {move || drag.get().map(|d| match d {
                 Drag::Time(a, b) => view! { <rect class="brush" x=a.min(b) y=TOP width=(a - b).abs() height=H - TOP - BOTTOM/> }.into_any(),
                 Drag::Latency(a, b) => {
-                    let (top, bottom) = (a.min(b).max(TOP), a.max(b).min(H - BOTTOM));
-                    let label = format!("{} – {}", duration_ms(round2(v_at(bottom))),
-                        if top > TOP + 2.0 { duration_ms(round2(v_at(top))) } else { "any".into() });
+                    let (top, bottom, min_ms, max_ms) = band_between(a, b);
+                    let label = format!("{} – {}", duration_ms(min_ms), max_ms.map_or("any".into(), duration_ms));
                     view! {
                         <rect class="brush band" x=LEFT y=top width=W - LEFT - RIGHT height=bottom - top/>
                         <text class="band-label" x=LEFT + 4.0 y=top + 11.0>{label}</text>

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use tokenscope_core::model::metrics::{WordStats, request_metrics, word_stats};
 use tokenscope_core::model::{
-    KvTransfer, Nanos, Preemption, PrefillChunk, PrefixCache, RequestTrace, Resource,
-    SamplingParams, Served, unhex,
+    KvTransfer, Nanos, Preemption, PrefillChunk, RequestTrace, Resource, SamplingParams, Served,
+    unhex,
 };
 
 use super::token_block::{self, StoredText};
@@ -47,7 +47,7 @@ impl Detail {
     }
 
     /// Puts the stage times and details back into a request read from its row (without its
-    /// prefix cache: see [`prefix_cache`]).
+    /// prefix cache: the caller reads `requests.prefix_cache`).
     pub fn apply(self, r: &mut RequestTrace) {
         r.queued_ns = self.queued_ns;
         r.first_scheduled_ns = self.first_scheduled_ns;
@@ -58,14 +58,6 @@ impl Detail {
         r.sampling = self.sampling;
         r.served = self.served;
     }
-}
-
-/// A request's prefix cache as read from `requests.prefix_cache`.
-pub(super) fn prefix_cache(value: Option<serde_json::Value>) -> Result<Option<PrefixCache>> {
-    value
-        .map(serde_json::from_value)
-        .transpose()
-        .map_err(|e| Error::Internal(format!("stored prefix cache is unreadable: {e}")))
 }
 
 impl Store {
