@@ -66,6 +66,10 @@ pub struct RequestList {
     /// How many requests match the filters in all (the list is one page of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
+    /// `total` is the database's estimate, not a count: counting millions of rows for a page
+    /// header would cost seconds (the UI says "about").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub total_estimated: bool,
     /// When the findings worker is behind on the page's requests: the arrival time up to which
     /// their causes are known, and how long the oldest data has waited for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,6 +1,7 @@
 // The explorer: server-rendered with its data, hydrated; filters, sorting, paging and find are
 // links or navigations, so every state is a URL. The demo data is loaded by scripts/test.
 import { test, expect, Page } from "@playwright/test";
+import { hydrated } from "./helpers";
 
 const T0 = 1796022000000000000n; // 2026-11-30T07:00:00Z in ns
 
@@ -31,11 +32,6 @@ function watchErrors(page: Page): string[] {
   const errors: string[] = [];
   page.on("pageerror", (e) => errors.push(e.message));
   return errors;
-}
-
-/** The page is hydrated when the wasm app has switched times to the browser's zone label. */
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
 }
 
 test("an ingested request shows with its numbers, in a window given by the URL", async ({ page, request }) => {

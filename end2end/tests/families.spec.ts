@@ -4,10 +4,7 @@
 // joined cold, and the storm of long prompts that evicted the family on cache-1. One click
 // filters the explorer to a family; the URL holds it; a hostile fingerprint is refused as text.
 import { test, expect, Page } from "@playwright/test";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
+import { hydrated } from "./helpers";
 
 const FLEET = "cache-0,cache-1,cache-2";
 
@@ -57,6 +54,29 @@ test("prompt families show their cache hits and why warm ones missed", async ({ 
   await expect(page.getByTestId("family-filter")).toHaveValue(template.fingerprint);
   await expect(panel.getByTestId("family-row").first()).toHaveAttribute("data-fingerprint", template.fingerprint);
   expect(errors).toEqual([]);
+});
+
+// Compare groups each side by family: the warm replica against the one that joined cold, and from
+// B one click to B's own families (the panel over B's instance and window, as the API has them).
+test("compare opens each side's prompt families", async ({ page, request }) => {
+  const series = await (await request.get(`/api/v1/latency?instance=${FLEET}&width_px=280`)).json();
+  const w = (s: string) => `${s}_from=${series.from_ns}&${s}_to=${series.to_ns}`;
+  const q = `a_instance=cache-0&b_instance=cache-2&${w("a")}&${w("b")}`;
+  const b = (await (await request.get(`/api/v1/compare?${q}`)).json()).b;
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto(`/compare?${q}`);
+  await hydrated(page);
+  await expect(page.getByTestId("a-families")).toHaveText("its prompt families");
+  await page.screenshot({ path: "test-results/compare-side-links.png" });
+  await page.getByTestId("b-families").click();
+  await expect(page).toHaveURL(/families=1/);
+  await expect(page).toHaveURL(/instance=cache-2/);
+  await expect(page).toHaveURL(new RegExp(`from=${b.from_ns}&to=${b.to_ns}`));
+  const api = await (await request.get(`/api/v1/fingerprints?instance=cache-2&from=${b.from_ns}&to=${b.to_ns}`)).json();
+  const panel = page.getByTestId("families");
+  await expect(panel.getByTestId("family-row").first()).toHaveAttribute("data-fingerprint", api.families[0].fingerprint);
+  await expect(panel.getByTestId("family-row").first()).toContainText(`${api.families[0].hits} of ${api.families[0].requests}`);
+  await page.screenshot({ path: "test-results/compare-side-families.png" });
 });
 
 test("a fingerprint that closes its element is refused and shown as text", async ({ page }) => {

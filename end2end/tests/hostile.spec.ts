@@ -7,6 +7,7 @@
 // pages themselves (hydration, canvases, clipboard and previews must work under it). The same
 // strings go through the exports: Markdown, CSV, Chrome trace, SVG and PNG previews.
 import { test, expect, Page, APIRequestContext } from "@playwright/test";
+import { hydrated } from "./helpers";
 
 // Each payload marks what it would create with `data-pwned`, so a created element is found by
 // attribute whatever its tag.
@@ -149,10 +150,6 @@ async function open(page: Page, path: string, status = 200) {
   expect(resp!.headers()["x-content-type-options"]).toBe("nosniff");
   expect(resp!.headers()["referrer-policy"]).toBe("same-origin");
   return seen;
-}
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
 }
 
 async function clean(page: Page, path: string, seen: { dialogs: string[]; errors: string[] }) {

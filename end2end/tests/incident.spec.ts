@@ -2,10 +2,7 @@
 // story and unfurls (Open Graph tags, a 1200×630 preview); "copy for ticket" gives Markdown; a
 // revoked link answers 410. Hostile titles and notes: hostile.spec.ts.
 import { test, expect, Page } from "@playwright/test";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
+import { hydrated } from "./helpers";
 
 test("a request page becomes an incident link that tells the story to a colleague", async ({ page, browser }) => {
   await page.goto("/requests/pid-victim?instance=sim-pid");

@@ -2,10 +2,7 @@
 // events, no reload); panning pins the waterfall (the URL gets its window) and "back to live"
 // returns. Each test has an instance of its own, sent to just now.
 import { test, expect, Page, APIRequestContext } from "@playwright/test";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
+import { hydrated } from "./helpers";
 
 /** One finished request on `instance`, arriving `agoMs` before now; returns its id. */
 async function send(request: APIRequestContext, instance: string, id: string, agoMs = 300) {

@@ -2,10 +2,7 @@
 // prefills, an EOS sampled at about 10 %), token text is never markup, an upload lands on its
 // word choice, and the timeline brushes tokens into the word-choice view.
 import { test, expect, Page } from "@playwright/test";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
+import { hydrated } from "./helpers";
 
 async function painted(page: Page) {
   await page.waitForFunction(() => ((window as any).__tsTimelinePaintMs ?? []).length > 0, null, { timeout: 15_000 });

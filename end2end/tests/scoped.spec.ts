@@ -4,14 +4,11 @@
 // names a globex request or trace, or globex, or holds the words of a globex answer planted
 // beside acme's requests. An unscoped reader sees both tenants, and those words.
 import { test, expect, Page, request as pw } from "@playwright/test";
+import { hydrated } from "./helpers";
 
 const SCOPED = process.env.TOKENSCOPE_E2E_SCOPED_URL as string;
 const ACME = "e2e-acme-token-0001";
 const SRE = "e2e-sre-token-000001";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
 
 async function signIn(page: Page, token: string) {
   await page.goto(`${SCOPED}/login`);

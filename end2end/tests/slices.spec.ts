@@ -2,10 +2,7 @@
 // every row says whose request it is, and a tenant in a row is one click from its requests.
 // The demo's simulated traffic (sim-azure-conv) gives each request a tenant from its id.
 import { test, expect, Page } from "@playwright/test";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
+import { hydrated } from "./helpers";
 
 const tenants = (page: Page) => page.getByTestId("tenant-cell").allInnerTexts();
 

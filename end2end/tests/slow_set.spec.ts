@@ -3,10 +3,7 @@
 // version first, with the counts the API gives, and one click filters the explorer to it; the
 // URL holds the open panel, and a pasted link renders it on the server.
 import { test, expect, Page } from "@playwright/test";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
+import { hydrated } from "./helpers";
 
 const FLEET = "fleet-0,fleet-1,fleet-2,fleet-3";
 

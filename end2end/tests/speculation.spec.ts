@@ -5,10 +5,7 @@
 // step's counts. Who asked and what the prefix cache served, in the waterfall's hover; the
 // lane's draft acceptance over the steps shown.
 import { test, expect, Page } from "@playwright/test";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
+import { hydrated } from "./helpers";
 
 const T0 = 1793577600000000000n; // 2026-11-02T00:00:00Z: a day of its own
 const ms = (n: number) => (T0 + BigInt(n) * 1_000_000n).toString();

@@ -2,10 +2,7 @@
 // table agree with the API, the CSV is the chart's data, "by" and the window are in the URL, and a
 // tenant is one click from its requests. The demo's simulated traffic gives requests tenants.
 import { test, expect, Page } from "@playwright/test";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
+import { hydrated } from "./helpers";
 
 const INSTANCE = "sim-azure-conv";
 

@@ -1,10 +1,7 @@
 // The waterfall: from the explorer to the moment a request stalled, its culprits marked; zoom
 // and pan by keyboard and wheel; the URL holds the view and a reload restores it.
 import { test, expect, Page } from "@playwright/test";
-
-async function hydrated(page: Page) {
-  await page.waitForFunction(() => (window as any).__tsHydrated === true, null, { timeout: 15_000 });
-}
+import { hydrated } from "./helpers";
 
 /** The canvas has been painted with data at least once. */
 async function painted(page: Page) {

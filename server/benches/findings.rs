@@ -16,6 +16,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "../tests/it/common/mod.rs"]
 #[allow(dead_code)] // the benches use only part of the test harness
 mod common;
+#[path = "support/timed_reads.rs"]
+mod timed_reads;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -234,28 +236,8 @@ fn ask_from_families(
     }
 }
 
-/// The query `RUNS` times (5 for the slow one); prints p50 / p95 and the reply's size.
+/// The query `RUNS` times (5 for the slow one).
 async fn measure(client: &reqwest::Client, name: &str, url: &str) {
     let runs = if url.contains("ttft_ms=") { 5 } else { RUNS };
-    let mut times = Vec::with_capacity(runs);
-    let mut bytes = 0;
-    for _ in 0..runs {
-        let t = Instant::now();
-        let response = client.get(url).send().await.unwrap();
-        assert!(
-            response.status().is_success(),
-            "{url}: {}",
-            response.status()
-        );
-        bytes = response.bytes().await.unwrap().len();
-        times.push(t.elapsed());
-    }
-    times.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    println!(
-        "  {name:<44} p50 / p95  {:>7.1} / {:>7.1} ms   reply {:.2} MB",
-        ms(times[runs / 2]),
-        ms(times[(runs * 95 / 100).min(runs - 1)]),
-        bytes as f64 / 1e6
-    );
+    timed_reads::measure(client, name, url, runs).await;
 }

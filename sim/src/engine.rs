@@ -534,15 +534,46 @@ impl<'a> Engine<'a> {
         if cfg.ledger_gaps_over.is_some() {
             self.account(work, &load, end);
         }
-        let token = || Token {
-            emitted_ns: Some(end),
-            scheduled_ns: Some(now),
-            iteration: Some(iteration_id),
-            ..Token::default()
-        };
+        let mut batch = self.prefill(&work.prefill, end);
+        batch.extend(self.decode(&work.decode, end, rng));
+        let done = self.finish(admitted, work, end);
+        let batch_size = batch.len() as u32;
+        emit(Step::Ended(Iteration {
+            iteration_id,
+            start_ns: now,
+            end_ns: end,
+            batch,
+            running: (self.running.len() as u32).max(batch_size),
+            waiting: self.waiting.len() as u32,
+            kv_cache_usage: 1.0 - self.free_blocks as f32 / cfg.kv_blocks.max(1) as f32,
+        }))?;
+        // Reported after the step that finished them, as an engine's tracer would.
+        for i in done {
+            let (r, l) = take_trace(&mut self.states[i], now, cfg.block_size);
+            emit(Step::Finished(i, r, l))?;
+        }
+        self.iteration_id += 1;
+        self.now = end;
+        ControlFlow::Continue(())
+    }
 
-        let mut batch = Vec::new();
-        for &(i, n) in &work.prefill {
+    /// A token the step [now, end) sampled.
+    fn token(&self, end: Nanos) -> Token {
+        Token {
+            emitted_ns: Some(end),
+            scheduled_ns: Some(self.now),
+            iteration: Some(self.iteration_id),
+            ..Token::default()
+        }
+    }
+
+    /// The step's prompt chunks: each request's entry, its chunk's times, and the first token
+    /// when the chunk completes a fresh prompt.
+    fn prefill(&mut self, prefill: &[(usize, u32)], end: Nanos) -> Vec<BatchEntry> {
+        let (cfg, now, iteration_id) = (self.cfg, self.now, self.iteration_id);
+        let token = self.token(end);
+        let mut batch = Vec::with_capacity(prefill.len());
+        for &(i, n) in prefill {
             let s = &mut self.states[i];
             s.first_scheduled.get_or_insert(now);
             batch.push(BatchEntry {
@@ -567,14 +598,22 @@ impl<'a> Engine<'a> {
                     self.cache.store(&s.chain, &s.req.id, end);
                 }
                 s.generated = 1;
-                s.tokens.push(token());
+                s.tokens.push(token.clone());
                 if let Some(keep) = cfg.ledger_gaps_over {
                     s.ledger.token(None, end, keep);
                 }
             }
         }
-        for &i in &work.decode {
-            // With speculation a step keeps the accepted drafts too: several tokens at once.
+        batch
+    }
+
+    /// The step's decodes: each request's entry and the tokens it kept (with speculation, the
+    /// accepted drafts and the target model's own token after them).
+    fn decode(&mut self, decode: &[usize], end: Nanos, rng: &mut Rng) -> Vec<BatchEntry> {
+        let (cfg, now) = (self.cfg, self.now);
+        let token = self.token(end);
+        let mut batch = Vec::with_capacity(decode.len());
+        for &i in decode {
             let acceptance = self.states[i]
                 .req
                 .draft_acceptance
@@ -600,12 +639,17 @@ impl<'a> Engine<'a> {
             for _ in 0..n {
                 s.generated += 1;
                 let previous = s.tokens.last().and_then(|t| t.emitted_ns);
-                s.tokens.push(token());
+                s.tokens.push(token.clone());
                 if let Some(keep) = cfg.ledger_gaps_over {
                     s.ledger.token(previous, end, keep);
                 }
             }
         }
+        batch
+    }
+
+    /// The requests the step finished: their blocks are freed and they leave the running set.
+    fn finish(&mut self, admitted: &[usize], work: &Work, end: Nanos) -> Vec<usize> {
         let mut done = Vec::new();
         for &i in admitted
             .iter()
@@ -621,24 +665,7 @@ impl<'a> Engine<'a> {
                 done.push(i);
             }
         }
-        let batch_size = batch.len() as u32;
-        emit(Step::Ended(Iteration {
-            iteration_id,
-            start_ns: now,
-            end_ns: end,
-            batch,
-            running: (self.running.len() as u32).max(batch_size),
-            waiting: self.waiting.len() as u32,
-            kv_cache_usage: 1.0 - self.free_blocks as f32 / cfg.kv_blocks.max(1) as f32,
-        }))?;
-        // Reported after the step that finished them, as an engine's tracer would.
-        for i in done {
-            let (r, l) = take_trace(&mut self.states[i], now, cfg.block_size);
-            emit(Step::Finished(i, r, l))?;
-        }
-        self.iteration_id += 1;
-        self.now = end;
-        ControlFlow::Continue(())
+        done
     }
 
     /// Splits the step [now, end) over every request alive in it (queued, running, paused, or

@@ -6,6 +6,9 @@
 //! truth; all deterministic for a seed, with no IO. `deliver` sends (gRPC) or writes (JSONL) what
 //! they produce; `run` is the command.
 
+// Phases, not long functions: no function here over 120 lines (clippy.toml).
+#![warn(clippy::too_many_lines)]
+
 pub mod accuracy;
 mod args;
 pub mod content;

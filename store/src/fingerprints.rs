@@ -26,8 +26,9 @@ pub struct Computed {
 }
 
 impl Store {
-    /// The requests of `f`'s window that have a fingerprint among its latest `limit`, in arrival
-    /// order, and whether the window had more. The latest are found by their arrival alone (a
+    /// The latest `limit` requests of `f`'s window that have a fingerprint, in arrival order, and
+    /// whether the window had more (requests without one, as from an engine that reports no block
+    /// hashes, neither count nor use up the limit). The latest are found by their arrival alone (a
     /// narrow sort), then read without sorting their JSON: sorting whole rows spilled 124 MB to
     /// disk at 100,000 requests and took twice as long (docs/BENCHMARKS.md).
     pub async fn fingerprint_rows(
@@ -44,6 +45,7 @@ impl Store {
                    AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
                    AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                    AND ($11::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
+                   AND r.prefix_cache IS NOT NULL
                  ORDER BY r.arrival_ns DESC OFFSET $10 LIMIT 1)
                SELECT r.request_id, i.instance_key, r.arrival_ns, r.ttft_ns, r.cached_tokens,
                       r.prefix_cache AS "prefix_cache!: sqlx::types::Json<PrefixCache>", (SELECT arrival_ns FROM cut) IS NOT NULL AS "more!"

@@ -13,6 +13,7 @@ mod error;
 mod fingerprints;
 mod incidents;
 mod latency;
+mod list;
 mod live;
 mod partitions;
 mod read;
@@ -40,6 +41,7 @@ pub use fingerprints::{Computed, FingerprintRow};
 
 pub use incidents::IncidentRow;
 pub use latency::{BinRow, LatencyRow, Quantiles, SetStats};
+pub use list::{EXACT_UP_TO, Total};
 pub use live::{IngestListener, Ingested};
 pub use partitions::DAY_NS;
 pub use read::{

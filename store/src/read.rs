@@ -72,32 +72,6 @@ pub struct RequestRow {
     pub lora_adapter: Option<String>,
 }
 
-/// A row of the request list's queries (`Store::list_requests`); the instance id and finish are
-/// the outer query's keys for the page's causes and pending state. The instance id also ends the
-/// order: a PD request's two parts share their id and arrival, and paging needs a total order.
-#[allow(dead_code)]
-struct ListRow {
-    request_id: String,
-    instance_id: i32,
-    finished_ns: i64,
-    engine: String,
-    instance_key: String,
-    model: String,
-    arrival_ns: i64,
-    ttft_ns: Option<i64>,
-    tpot_ns: Option<i64>,
-    e2e_ns: i64,
-    queue_ns: Option<i64>,
-    prompt_tokens: i32,
-    output_tokens: i32,
-    finish_reason: String,
-    tenant: Option<String>,
-    lora_adapter: Option<String>,
-    total: i64,
-    causes: Option<Vec<String>>,
-    pending: bool,
-}
-
 /// An instance as it last reported.
 pub struct InstanceRow {
     pub instance: String,
@@ -215,7 +189,7 @@ impl Order {
     }
 }
 
-fn engine(s: &str) -> EngineKind {
+pub(crate) fn engine(s: &str) -> EngineKind {
     EngineKind::parse(s).unwrap_or_default()
 }
 
@@ -225,185 +199,13 @@ pub fn count(v: i32) -> u32 {
 }
 
 /// A W3C trace id as bytes, when `s` is one (32 hex digits).
-fn trace_id_bytes(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn trace_id_bytes(s: &str) -> Option<Vec<u8>> {
     (s.len() == 32)
         .then(|| tokenscope_core::model::unhex(s))
         .flatten()
 }
 
 impl Store {
-    /// A page of the requests that match `f`, in its order, and how many match in all. With a
-    /// cause, the stored findings drive: a few requests of the window have one, and probing
-    /// `diagnoses` for every request of the window cost 0.8 s at 78k requests (BENCHMARKS.md).
-    pub async fn list_requests(&self, f: &RequestFilter) -> Result<(Vec<RequestRow>, u64)> {
-        let instances = f.instance_list();
-        let trace = f.find.as_deref().and_then(trace_id_bytes);
-        // The page first, then its stored causes: only the page's rows are looked up.
-        let rows = match &f.cause {
-            None => {
-                sqlx::query_as!(
-                    ListRow,
-                    r#"SELECT page.*,
-                      (SELECT d.causes FROM diagnoses d WHERE d.instance_id = page.instance_id
-                          AND d.request_id = page.request_id AND d.arrival_ns = page.arrival_ns) AS causes,
-                      EXISTS (SELECT 1 FROM diagnosis_queue q WHERE q.instance_id = page.instance_id
-                          AND q.from_ns <= page.finished_ns AND q.to_ns >= page.arrival_ns) AS "pending!"
-               FROM (
-               SELECT r.request_id, r.instance_id, r.finished_ns, i.engine, i.instance_key, m.name AS model,
-                      r.arrival_ns, r.ttft_ns, r.tpot_ns,
-                      r.e2e_ns, r.queue_ns, r.prompt_tokens, r.output_tokens, r.finish_reason,
-                      r.tenant, r.lora_adapter,
-                      count(*) OVER () AS "total!"
-               FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1))
-                 AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($16::text[] IS NULL OR r.tenant = ANY($16)) AND ($17::text IS NULL OR r.lora_adapter = $17) AND ($19::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $19) AND ($20::int IS NULL OR r.prompt_tokens >= $20) AND ($21::int IS NULL OR r.prompt_tokens < $21) AND ($22::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $22) AND ($23::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $23) AND ($24::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $24 AND ($25::int IS NULL OR c1.max_batch_size < $25))) AND ($18::int IS NULL OR r.priority = $18)
-                 AND r.arrival_ns >= $4 AND r.arrival_ns < $5
-                 AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
-                 AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
-               ORDER BY (CASE $11::text WHEN 'ttft' THEN r.ttft_ns WHEN 'tpot' THEN r.tpot_ns
-                                        WHEN 'e2e' THEN r.e2e_ns WHEN 'queue' THEN r.queue_ns
-                                        WHEN 'prompt' THEN r.prompt_tokens WHEN 'output' THEN r.output_tokens
-                                        ELSE r.arrival_ns END) * $12 NULLS LAST,
-                        r.arrival_ns * $12, r.request_id, r.instance_id
-               LIMIT $13 OFFSET $14) page
-               ORDER BY (CASE $11::text WHEN 'ttft' THEN page.ttft_ns WHEN 'tpot' THEN page.tpot_ns
-                                        WHEN 'e2e' THEN page.e2e_ns WHEN 'queue' THEN page.queue_ns
-                                        WHEN 'prompt' THEN page.prompt_tokens WHEN 'output' THEN page.output_tokens
-                                        ELSE page.arrival_ns END) * $12 NULLS LAST,
-                        page.arrival_ns * $12, page.request_id, page.instance_id"#,
-            instances,
-            f.engine,
-            f.model,
-            f.from_ns.unwrap_or(Nanos::MIN),
-            f.to_ns.unwrap_or(Nanos::MAX),
-            f.find,
-            trace,
-            f.slo_breach,
-            f.slo_ns.0,
-            f.slo_ns.1,
-            f.order.key,
-            if f.order.descending { -1i64 } else { 1 },
-            f.limit,
-            f.offset,
-            f.engine_version,
-            f.tenants.as_deref(),
-            f.lora_adapter,
-            f.priority,
-            f.fingerprint,
-            f.prompt_tokens.0,
-            f.prompt_tokens.1,
-            f.cached_share,
-            f.hour,
-            f.batch_size.0,
-            f.batch_size.1,
-        )
-                .fetch_all(&self.pool)
-                .await?
-            }
-            Some(cause) => {
-                sqlx::query_as!(
-                    ListRow,
-                    r#"SELECT page.*,
-                      (SELECT d.causes FROM diagnoses d WHERE d.instance_id = page.instance_id
-                          AND d.request_id = page.request_id AND d.arrival_ns = page.arrival_ns) AS causes,
-                      EXISTS (SELECT 1 FROM diagnosis_queue q WHERE q.instance_id = page.instance_id
-                          AND q.from_ns <= page.finished_ns AND q.to_ns >= page.arrival_ns) AS "pending!"
-               FROM (
-               SELECT r.request_id, r.instance_id, r.finished_ns, i.engine, i.instance_key, m.name AS model,
-                      r.arrival_ns, r.ttft_ns, r.tpot_ns,
-                      r.e2e_ns, r.queue_ns, r.prompt_tokens, r.output_tokens, r.finish_reason,
-                      r.tenant, r.lora_adapter,
-                      count(*) OVER () AS "total!"
-               FROM diagnoses d JOIN requests r ON r.instance_id = d.instance_id AND r.request_id = d.request_id
-                      AND r.arrival_ns = d.arrival_ns
-                    JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
-               WHERE d.causes @> ARRAY[$16::text] AND d.arrival_ns >= $4 AND d.arrival_ns < $5 AND ($1::text[] IS NULL OR i.instance_key = ANY($1))
-                 AND ($2::text IS NULL OR i.engine = $2) AND ($15::text IS NULL OR i.engine_version = $15)
-                 AND ($3::text IS NULL OR m.name = $3) AND ($17::text[] IS NULL OR r.tenant = ANY($17)) AND ($18::text IS NULL OR r.lora_adapter = $18) AND ($20::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $20) AND ($21::int IS NULL OR r.prompt_tokens >= $21) AND ($22::int IS NULL OR r.prompt_tokens < $22) AND ($23::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $23) AND ($24::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $24) AND ($25::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $25 AND ($26::int IS NULL OR c1.max_batch_size < $26))) AND ($19::int IS NULL OR r.priority = $19)
-                 AND r.arrival_ns >= $4 AND r.arrival_ns < $5
-                 AND ($6::text IS NULL OR r.request_id = $6 OR r.trace_id = $7)
-                 AND ($8::bool IS NULL OR $8 = (COALESCE(r.ttft_ns > $9, false) OR COALESCE(r.tpot_ns > $10, false)))
-               ORDER BY (CASE $11::text WHEN 'ttft' THEN r.ttft_ns WHEN 'tpot' THEN r.tpot_ns
-                                        WHEN 'e2e' THEN r.e2e_ns WHEN 'queue' THEN r.queue_ns
-                                        WHEN 'prompt' THEN r.prompt_tokens WHEN 'output' THEN r.output_tokens
-                                        ELSE r.arrival_ns END) * $12 NULLS LAST,
-                        r.arrival_ns * $12, r.request_id, r.instance_id
-               LIMIT $13 OFFSET $14) page
-               ORDER BY (CASE $11::text WHEN 'ttft' THEN page.ttft_ns WHEN 'tpot' THEN page.tpot_ns
-                                        WHEN 'e2e' THEN page.e2e_ns WHEN 'queue' THEN page.queue_ns
-                                        WHEN 'prompt' THEN page.prompt_tokens WHEN 'output' THEN page.output_tokens
-                                        ELSE page.arrival_ns END) * $12 NULLS LAST,
-                        page.arrival_ns * $12, page.request_id, page.instance_id"#,
-            instances,
-            f.engine,
-            f.model,
-            f.from_ns.unwrap_or(Nanos::MIN),
-            f.to_ns.unwrap_or(Nanos::MAX),
-            f.find,
-            trace,
-            f.slo_breach,
-            f.slo_ns.0,
-            f.slo_ns.1,
-            f.order.key,
-            if f.order.descending { -1i64 } else { 1 },
-            f.limit,
-            f.offset,
-            f.engine_version,
-            cause,
-            f.tenants.as_deref(),
-            f.lora_adapter,
-            f.priority,
-            f.fingerprint,
-            f.prompt_tokens.0,
-            f.prompt_tokens.1,
-            f.cached_share,
-            f.hour,
-            f.batch_size.0,
-            f.batch_size.1,
-        )
-                .fetch_all(&self.pool)
-                .await?
-            }
-        };
-        // Past the last page the window function has no row to count on.
-        let total = match rows.first() {
-            Some(r) => r.total as u64,
-            None if f.offset > 0 => self.count_requests(f).await?,
-            None => 0,
-        };
-        let page = rows
-            .into_iter()
-            .map(|r| RequestRow {
-                request_id: r.request_id,
-                engine: engine(&r.engine),
-                instance: r.instance_key,
-                model: r.model,
-                arrival_ns: r.arrival_ns,
-                ttft_ns: r.ttft_ns,
-                tpot_ns: r.tpot_ns,
-                e2e_ns: r.e2e_ns,
-                queue_ns: r.queue_ns,
-                prompt_tokens: count(r.prompt_tokens),
-                output_tokens: count(r.output_tokens),
-                finish_reason: FinishReason::parse(&r.finish_reason).unwrap_or_default(),
-                causes: (!r.pending).then(|| r.causes.unwrap_or_default()),
-                tenant: r.tenant,
-                lora_adapter: r.lora_adapter,
-            })
-            .collect();
-        Ok((page, total))
-    }
-
-    async fn count_requests(&self, f: &RequestFilter) -> Result<u64> {
-        let page = RequestFilter {
-            offset: 0,
-            limit: 1,
-            ..f.clone()
-        };
-        Ok(Box::pin(self.list_requests(&page)).await?.1)
-    }
-
     /// The stored requests with this id on one of `instances` (any when empty), newest first:
     /// usually one; a PD request's parts (one per instance); at most ten.
     pub async fn load_request_rows(

@@ -41,9 +41,28 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// An estimated count as people say one: `about 1.2 M`, `about 87,000`.
+pub fn about(n: u64) -> String {
+    if n >= 1_000_000 {
+        format!("about {:.1} M", n as f64 / 1e6)
+    } else {
+        // Two significant digits: the estimate is no finer.
+        let step = 10u64.pow((n.max(1).ilog10()).saturating_sub(1));
+        format!("about {}", thousands((n + step / 2) / step * step))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn estimates_are_rounded_and_say_so() {
+        assert_eq!(about(1_234_567), "about 1.2 M");
+        assert_eq!(about(10_450_000), "about 10.4 M");
+        assert_eq!(about(86_512), "about 87,000");
+        assert_eq!(about(50_001), "about 50,000");
+    }
 
     #[test]
     fn durations_have_units_and_sensible_precision() {

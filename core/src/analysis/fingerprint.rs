@@ -37,7 +37,9 @@ pub struct Node {
 /// The families of `chains` (each a prompt's block hashes, from the first block), largest first
 /// and, at equal size, shallowest first.
 pub fn families(chains: &[&[u64]]) -> Vec<Node> {
-    // How many chains pass through each node, keyed by (depth, hash) folded into one u64.
+    // How many chains pass through each node, keyed by (depth, hash) folded into one u64 (one
+    // key to hash instead of a pair). Two nodes share a key only if their hashes differ by exactly
+    // the XOR of two depths' multipliers: for an engine's 64-bit block hashes, 2^-64 a pair.
     let key = |d: usize, h: u64| h ^ (d as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut through: foldhash::HashMap<u64, u32> = foldhash::HashMap::default();
     through.reserve(chains.iter().map(|c| c.len()).sum::<usize>() / 4);

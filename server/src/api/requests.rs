@@ -23,7 +23,8 @@ pub(super) async fn list_requests(
     let (requests, total, findings_behind) = crate::query::requests::list(&store, &filter).await?;
     Ok(Json(RequestList {
         requests,
-        total: Some(total),
+        total: Some(total.count),
+        total_estimated: total.estimated,
         findings_behind,
     }))
 }

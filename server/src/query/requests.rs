@@ -9,18 +9,18 @@ use tokenscope_core::api::{
 use tokenscope_core::model::{Nanos, RequestTrace, Role, StepLoad, ms};
 
 use crate::error::{Error, Result};
-use crate::store::{Loaded, RequestFilter, RequestRow, Store};
+use crate::store::{Loaded, RequestFilter, RequestRow, Store, Total};
 
 /// The findings worker is "behind" once data has waited this long for it (the settle time,
 /// 5 s by default, is normal).
 const BEHIND: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// A page of the requests that match `f`, how many match in all, and whether the findings
-/// worker is behind on them.
+/// A page of the requests that match `f`, how many match in all (counted, or estimated past
+/// what counting affords), and whether the findings worker is behind on them.
 pub async fn list(
     store: &Store,
     f: &RequestFilter,
-) -> Result<(Vec<RequestSummary>, u64, Option<FindingsBehind>)> {
+) -> Result<(Vec<RequestSummary>, Total, Option<FindingsBehind>)> {
     let (rows, total) = store.list_requests(f).await?;
     let pending = rows
         .iter()

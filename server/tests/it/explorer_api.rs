@@ -48,6 +48,42 @@ async fn two_instances(app: &TestApp) -> Vec<tokenscope_core::model::RequestTrac
     reqs
 }
 
+/// A page header must not count millions of rows: up to a cap the total is counted, past it
+/// the planner's estimate is given and marked as one. The cap is small here so that 13 requests
+/// cross it; the fleet benchmark shows it at 10 million.
+#[tokio::test]
+async fn totals_are_counted_up_to_a_cap_and_estimated_past_it() {
+    use tokenscope::store::{RequestFilter, Total};
+    let app = spawn_app().await;
+    two_instances(&app).await;
+    let store = &app.running.store;
+    let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&app.database_url)
+        .await
+        .unwrap();
+    sqlx::query("ANALYZE").execute(&mut db).await.unwrap();
+    let all = RequestFilter::default();
+    let exact = |count| Total {
+        count,
+        estimated: false,
+    };
+    assert_eq!(store.count_requests(&all, 100).await.unwrap(), exact(13));
+    let past = store.count_requests(&all, 5).await.unwrap();
+    assert!(past.estimated && past.count > 5, "{past:?}");
+    let one = RequestFilter {
+        instances: vec!["gpu-c".into()],
+        ..all.clone()
+    };
+    assert_eq!(store.count_requests(&one, 5).await.unwrap(), exact(1));
+    // Through the API, under the list's cap: counted, on every page, and not marked.
+    for offset in [0, 5, 12] {
+        let v = app
+            .get_json(&format!("/api/v1/requests?limit=5&offset={offset}"))
+            .await;
+        assert_eq!(v["total"], 13, "{v}");
+        assert!(v.get("total_estimated").is_none(), "{v}");
+    }
+}
+
 #[tokio::test]
 async fn lists_sort_by_every_column_both_ways_and_page_through_all_rows() {
     let app = spawn_app().await;

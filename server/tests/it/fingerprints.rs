@@ -121,3 +121,58 @@ async fn families_group_as_the_chains_say_and_warm_misses_say_why() {
     let text = err.text().await.unwrap();
     assert!(text.contains("not a block hash"), "{text}");
 }
+
+/// The families read keeps the latest requests *that have a fingerprint*, and the compare's
+/// answers read the first ones that have a prompt key: later (or earlier) requests without block
+/// hashes, as from an engine that reports none, neither count toward the limit nor use it up.
+#[tokio::test]
+async fn the_reads_limits_count_only_requests_with_a_fingerprint() {
+    let app = spawn_app().await;
+    // Requests without block hashes first and last, the families' fleet between them.
+    let plain = |name, t0| {
+        let mut s = tokenscope_sim::scenarios::build(name, t0, 1).unwrap();
+        for run in &mut s.runs {
+            for r in &mut run.output.requests {
+                r.served.prefix_cache = None;
+            }
+        }
+        s.runs
+    };
+    let hour = 3_600_000_000_000;
+    app.send_sim(&plain("prefill-interrupts-decode", T0 - hour))
+        .await;
+    let (runs, _) = families::families(T0, 1);
+    app.send_sim(&runs).await;
+    app.send_sim(&plain("long-prompt-monopolizes", T0 + 2 * hour))
+        .await;
+
+    let mut fingerprinted: Vec<i64> = runs
+        .iter()
+        .flat_map(|r| &r.output.requests)
+        .map(|r| r.arrival_ns)
+        .collect();
+    fingerprinted.sort_unstable();
+    let store = tokenscope::store::Store::connect(&app.database_url)
+        .await
+        .unwrap();
+    let window = tokenscope::store::RequestFilter {
+        from_ns: Some(T0 - 2 * hour),
+        to_ns: Some(T0 + 4 * hour),
+        ..Default::default()
+    };
+    let (rows, more) = store.fingerprint_rows(&window, 5).await.unwrap();
+    let latest: Vec<i64> = rows.iter().map(|r| r.arrival_ns).collect();
+    assert_eq!(
+        latest,
+        fingerprinted[fingerprinted.len() - 5..],
+        "the latest five with a fingerprint"
+    );
+    assert!(more);
+    let keys = store.prompt_keys(&window, 5).await.unwrap();
+    let first: Vec<i64> = keys.iter().map(|r| r.arrival_ns).collect();
+    assert_eq!(
+        first,
+        fingerprinted[..5],
+        "the first five with a prompt key"
+    );
+}

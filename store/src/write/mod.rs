@@ -401,8 +401,14 @@ struct RequestRows {
 impl RequestRows {
     fn push(&mut self, r: &RequestTrace, tokens: Option<Vec<u8>>) {
         let m = request_metrics(r);
-        let mut served = r.served.clone();
-        let prefix_cache = served.prefix_cache.take();
+        // The chain is stored in its own column (`requests.prefix_cache`), not in detail: listed
+        // field by field so it is not copied only to be dropped.
+        let served = Served {
+            lora_adapter: r.served.lora_adapter.clone(),
+            priority: r.served.priority,
+            tenant: r.served.tenant.clone(),
+            prefix_cache: None,
+        };
         let detail = Detail {
             queued_ns: r.queued_ns,
             first_scheduled_ns: r.first_scheduled_ns,
@@ -435,7 +441,10 @@ impl RequestRows {
             .push(serde_json::to_value(detail).expect("Detail serializes to JSON"));
         self.tokens.push(tokens);
         self.prefix_cache.push(
-            prefix_cache.map(|p| serde_json::to_value(p).expect("PrefixCache serializes to JSON")),
+            r.served
+                .prefix_cache
+                .as_ref()
+                .map(|p| serde_json::to_value(p).expect("PrefixCache serializes to JSON")),
         );
     }
 

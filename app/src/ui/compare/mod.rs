@@ -108,10 +108,9 @@ fn QuickPicks() -> impl IntoView {
     }
 }
 
-/// The explorer over one side (its filters and window) with "what the slow requests have in
-/// common" open.
-fn slow_set_href(s: &CompareSide) -> String {
-    let q = super::explorer::state::ExplorerQuery {
+/// The explorer over one side: its filters and window.
+fn side_query(s: &CompareSide) -> super::explorer::state::ExplorerQuery {
+    super::explorer::state::ExplorerQuery {
         instance: s.instances.join(","),
         engine: s.engine.clone().unwrap_or_default(),
         version: s.engine_version.clone().unwrap_or_default(),
@@ -122,10 +121,20 @@ fn slow_set_href(s: &CompareSide) -> String {
         fingerprint: s.fingerprint.clone().unwrap_or_default(),
         from: Some(s.from_ns),
         to: Some(s.to_ns),
-        common: true,
         ..super::explorer::state::ExplorerQuery::from_lookup(|_| None)
-    };
-    q.href()
+    }
+}
+
+/// One side's links into the explorer: what its slow requests have in common, and its prompts
+/// grouped by family (the families panel over that side's window and filters).
+fn side_links(s: &CompareSide, side: &'static str) -> impl IntoView + use<> {
+    let q = side_query(s);
+    let slow = q.with(|q| q.common = true).href();
+    let families = q.with(|q| q.families = true).href();
+    view! {
+        " "<a class="hint" href=slow data-testid=format!("{side}-slow-set")>"what its slow requests have in common"</a>
+        " · "<a class="hint" href=families data-testid=format!("{side}-families")>"its prompt families"</a>
+    }
 }
 
 fn side_name(s: &CompareSide, zone: &Zone) -> String {
@@ -169,10 +178,10 @@ fn Report(c: Comparison) -> impl IntoView {
         <section class="panel compare-head">
             <p class="headline" data-testid="headline">{c.headline.clone()}</p>
             <p class="side a"><b>"A"</b>" " {move || side_name(&a, &zone.get())}
-                " "<a class="hint" href=slow_set_href(&c.a) data-testid="a-slow-set">"what its slow requests have in common"</a></p>
+                {side_links(&c.a, "a")}</p>
             <p class="side b"><b>"B"</b>" " {move || side_name(&b, &zone.get())}
                 <span class="muted">{move || format!(" ({})", zone.get().label())}</span>
-                " "<a class="hint" href=slow_set_href(&c.b) data-testid="b-slow-set">"what its slow requests have in common"</a></p>
+                {side_links(&c.b, "b")}</p>
             <form::SideForm current=Some((a2.clone(), b2.clone()))/>
             <QuickPicks/>
         </section>

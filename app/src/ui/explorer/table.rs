@@ -7,7 +7,7 @@ use super::ExplorerData;
 use super::state::{ExplorerQuery, PAGE_ROWS};
 use crate::api::RequestSummary;
 use crate::links::{request_href, waterfall_href};
-use crate::ui::format::{duration_ms, thousands};
+use crate::ui::format::{about, duration_ms, thousands};
 use crate::ui::time::{Zone, clock, date_time, span};
 
 const COLUMNS: [(&str, &str, &str); 7] = [
@@ -66,7 +66,12 @@ pub fn Requests(data: ExplorerData, query: ExplorerQuery) -> impl IntoView {
                 "{}–{} of {} requests",
                 thousands(first + 1),
                 thousands((first + u64::from(PAGE_ROWS)).min(total)),
-                thousands(total)
+                // Past what counting affords the database estimates; say so.
+                if list.total_estimated {
+                    about(total)
+                } else {
+                    thousands(total)
+                }
             )
         };
         view! {

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// A `tokenscope serve` process on fixed loopback ports, so that it can be restarted where its
@@ -21,7 +22,33 @@ pub struct ServerProcess {
     pub starts: u32,
 }
 
+/// A loopback port for a child to listen on, taken below the kernel's ephemeral range. A port
+/// from `bind(127.0.0.1:0)` comes from that range, and so do the ports every parallel test's
+/// servers and connections are given between our pick and the child's bind (and between a
+/// `kill -9` and the restart): CI once saw the child fail with "Address already in use". Below the
+/// range only an explicit bind takes a port, and the counter keeps this binary's picks distinct.
 fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const SPAN: u32 = 10_000;
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    if low < 1_024 + SPAN {
+        return ephemeral_port();
+    }
+    let start = std::process::id() % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (low - SPAN + (start + n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    ephemeral_port()
+}
+
+fn ephemeral_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
@@ -36,14 +63,15 @@ impl ServerProcess {
 
     /// [`Self::start`], logging what `log_filter` (a `RUST_LOG`) lets through to [`Self::log`].
     pub async fn start_logging(database_url: &str, args: &[&str], log_filter: &str) -> Self {
+        let http_port = free_port();
         let mut p = Self {
             child: None,
-            http_port: free_port(),
+            http_port,
             grpc_port: free_port(),
             database_url: database_url.into(),
             args: args.iter().map(|a| a.to_string()).collect(),
             log_filter: log_filter.into(),
-            log: std::env::temp_dir().join(format!("tokenscope-child-{}.log", free_port())),
+            log: std::env::temp_dir().join(format!("tokenscope-child-{http_port}.log")),
             peak_rss_kib: 0,
             starts: 0,
         };
