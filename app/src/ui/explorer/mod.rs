@@ -113,6 +113,14 @@ pub fn Explorer() -> impl IntoView {
     let go = Callback::new(move |q: ExplorerQuery| navigate(&q.href(), Default::default()));
     let link = follow_new_data(query, data);
     let pending = RwSignal::new(false);
+    // Only the browser marks the view busy. On the server, Transition's effect would write
+    // `pending` from another thread while the render reads it for the attributes below, and
+    // a read that meets the write lock fails (reactive_graph reports it as "disposed").
+    let set_pending = SignalSetter::map(move |busy| {
+        if cfg!(feature = "hydrate") {
+            pending.set(busy)
+        }
+    });
     let narrow = Callback::new(move |(from, to)| {
         go.run(query.get_untracked().with(|q| {
             q.range.clear();
@@ -139,7 +147,7 @@ pub fn Explorer() -> impl IntoView {
         // A transition: while the view reads again (new data, or a new filter), the last
         // picture stays, dimmed and marked busy until the new one arrives.
         <div class="explorer-data" class:stale=move || pending.get() aria-busy=move || pending.get().to_string()>
-        <Transition fallback=|| view! { <ExplorerSkeleton/> } set_pending=pending.write_only()>
+        <Transition fallback=|| view! { <ExplorerSkeleton/> } set_pending=set_pending>
             {move || data.get().map(|r| match r {
                 Err(e) => view! { <p class="panel error" data-testid="explorer-error">"Could not load requests: " {e}</p> }.into_any(),
                 Ok(d) => view! {
