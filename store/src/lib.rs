@@ -13,6 +13,7 @@ mod error;
 mod fingerprints;
 mod incidents;
 mod latency;
+mod latency_cells;
 mod list;
 mod live;
 mod partitions;
@@ -41,6 +42,7 @@ pub use fingerprints::{Computed, FingerprintRow};
 
 pub use incidents::IncidentRow;
 pub use latency::{BinRow, LatencyRow, Quantiles, SetStats};
+pub use latency_cells::CellRow;
 pub use list::{EXACT_UP_TO, Total};
 pub use live::{IngestListener, Ingested};
 pub use partitions::DAY_NS;

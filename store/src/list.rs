@@ -24,7 +24,7 @@ pub const EXACT_UP_TO: u64 = 50_000;
 
 /// The tables a list reads, and the filter, with parameters $1–$21 bound by [`bind_filter`] and
 /// $22 the cause when there is one. `FROM` is a placeholder for the driving table.
-const FILTER: &str = "
+pub(super) const FILTER: &str = "
     JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
     WHERE ($1::text[] IS NULL OR i.instance_key = ANY($1))
       AND ($2::text IS NULL OR i.engine = $2) AND ($11::text IS NULL OR i.engine_version = $11)
@@ -75,7 +75,7 @@ fn order_by(f: &RequestFilter, table: &str) -> String {
 }
 
 /// Binds the filter's $1–$21 (and $22, the cause, when there is one).
-fn bind_filter<'q, O>(
+pub(super) fn bind_filter<'q, O>(
     q: QueryAs<'q, Postgres, O, PgArguments>,
     f: &'q RequestFilter,
 ) -> QueryAs<'q, Postgres, O, PgArguments> {

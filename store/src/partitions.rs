@@ -1,4 +1,4 @@
-//! Daily time partitions of `requests`, `diagnoses`, `iteration_blocks`, their rollups, request keys and usage cells: created on demand, dropped for retention.
+//! Daily time partitions of `requests`, `diagnoses`, `iteration_blocks`, their rollups, request keys, usage and latency cells: created on demand, dropped for retention.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -11,13 +11,15 @@ use tokenscope_core::model::calendar::{civil_from_days, days_from_civil};
 use crate::error::Result;
 
 pub const DAY_NS: Nanos = 86_400 * 1_000_000_000;
-pub const TABLES: [&str; 6] = [
+pub const TABLES: [&str; 8] = [
     "requests",
     "diagnoses",
     "iteration_blocks",
     "iteration_rollups",
     "request_keys",
     "usage_cells",
+    "latency_cells",
+    "latency_cells_fleet",
 ];
 
 /// Day number since the Unix epoch of an instant.

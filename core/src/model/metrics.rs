@@ -69,6 +69,31 @@ pub struct WordSums {
     pub unlikely: f64,
 }
 
+impl WordSums {
+    /// Adds one answer's stats, with its length in tokens.
+    pub fn add(&mut self, w: &WordStats, output_tokens: u32) {
+        self.answers += 1;
+        self.answer_tokens += f64::from(output_tokens);
+        self.tokens += f64::from(w.tokens);
+        self.probability_sum += w.probability_sum;
+        self.entropy_tokens += f64::from(w.entropy_tokens);
+        self.entropy_sum += w.entropy_sum;
+        self.eos += u64::from(w.eos);
+        self.unlikely += f64::from(w.unlikely);
+    }
+
+    pub fn merge(&mut self, o: &WordSums) {
+        self.answers += o.answers;
+        self.answer_tokens += o.answer_tokens;
+        self.tokens += o.tokens;
+        self.probability_sum += o.probability_sum;
+        self.entropy_tokens += o.entropy_tokens;
+        self.entropy_sum += o.entropy_sum;
+        self.eos += o.eos;
+        self.unlikely += o.unlikely;
+    }
+}
+
 /// The request's [`WordStats`]; `None` when no token has a probability (timing-only sources).
 pub fn word_stats(r: &RequestTrace) -> Option<WordStats> {
     let mut s = WordStats {

@@ -7,6 +7,7 @@
 
 pub mod calendar;
 mod iteration;
+pub mod latency_cells;
 pub mod metrics;
 mod request;
 mod resource;

@@ -6,7 +6,7 @@
 //! added to the queue for `settle`, and every request of the instance alive in it is diagnosed
 //! again. A culprit exported after its victims were diagnosed therefore queues their lifetime,
 //! and their stored findings change one settle period later. The same stretches have their GPU
-//! time accounted (`usage`).
+//! time accounted (`usage`) and their minutes' latencies counted (`cells`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -177,11 +177,16 @@ pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
         return Ok(None);
     }
     let mut done = 0;
+    let mut recounted = Vec::new();
     for &(instance_id, from, to) in &due.ranges {
         done += diagnose_stretch(store, instance_id, from, to).await?;
         // Who used the GPU in those minutes, now that the requests' records are in.
         super::usage::account(store, instance_id, from, to).await?;
+        if let Some(minutes) = super::cells::account(store, instance_id, from, to).await? {
+            recounted.push((instance_id, minutes));
+        }
     }
+    super::cells::sum_releases(store, &recounted).await?;
     // Only what was taken: stretches queued meanwhile wait for their own settle time.
     store.diagnosed(&due.ids).await?;
     Ok(Some(done))

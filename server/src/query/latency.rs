@@ -1,17 +1,25 @@
 //! Latency over time (`GET /api/v1/latency`) and one side of a comparison: percentiles and
-//! histograms from the store's per-request columns, and the causes of the side's stored findings
-//! (or, with other thresholds, of its first requests diagnosed on the spot).
+//! histograms from the latency cells where they answer (wide windows, `cells`) or the store's
+//! per-request columns, and the causes of the side's stored findings (or, with other thresholds,
+//! of its first requests diagnosed on the spot).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use tokenscope_core::analysis::compare::{BINS_PER_OCTAVE, WordChoice, bin};
 use tokenscope_core::analysis::diagnosis::{Cause, Diagnosis, Thresholds};
-use tokenscope_core::analysis::waterfall::bucket_ns;
-use tokenscope_core::api::{CauseCount, CompareSide, LatencyBucket, LatencySeries, Percentiles};
+use tokenscope_core::analysis::usage::{CELL_NS, cell_of};
+use tokenscope_core::analysis::waterfall::{Grid, bucket_ns};
+use tokenscope_core::api::{
+    CauseCount, CompareSide, HistogramBin, LatencyBucket, LatencySeries, Percentiles,
+};
 use tokenscope_core::model::Nanos;
+use tokenscope_core::model::latency_cells::{
+    BINS_PER_OCTAVE as CELL_BINS_PER_OCTAVE, Cell, Histogram,
+};
 
+use super::cells;
 use crate::error::{Error, Result};
-use crate::store::{Quantiles, RequestFilter, Store, UsageBy};
+use crate::store::{Quantiles, RequestFilter, SetStats, Store, UsageBy};
 
 /// Without a window: the hour before the newest request that matches.
 const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
@@ -25,6 +33,90 @@ const EXAMPLES: usize = 3;
 
 fn percentiles(q: Quantiles) -> Option<Percentiles> {
     Percentiles::from_ns(q.p50, q.p90, q.p99)
+}
+
+/// Widest a minute may be drawn for the chart to read minutes: a 6 h window at 600 pixels
+/// reads them (a point every 1.7 pixels), an hour does not (10 pixels a point; it scans).
+const MINUTE_PX: i64 = 4;
+
+/// Buckets of whole minutes for a chart of `[from, to)` `width_px` wide: as many minutes as a
+/// pixel-wide bucket needs, rounded up, from the minute `from` is in; `None` for a narrow
+/// window.
+fn minute_grid(from: Nanos, to: Nanos, width_px: u32) -> Option<Grid> {
+    let minutes = (to - from) / CELL_NS;
+    if minutes * MINUTE_PX < i64::from(width_px) {
+        return None;
+    }
+    let per_bucket = ((bucket_ns(from, to, width_px) + CELL_NS - 1) / CELL_NS).max(1);
+    Some(Grid {
+        rollup_ns: Some(CELL_NS),
+        origin_ns: cell_of(from),
+        bucket_ns: per_bucket * CELL_NS,
+    })
+}
+
+/// The percentiles of a cell's histogram (within a bin of the exact ones).
+fn of_bins(h: &Histogram) -> Quantiles {
+    Quantiles {
+        p50: h.quantile(0.5),
+        p90: h.quantile(0.9),
+        p99: h.quantile(0.99),
+    }
+}
+
+fn count(n: i64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A side's set statistics and histograms: from the latency cells when they can answer (the
+/// percentiles then within a bin of the exact ones, the counts exact), else from the requests.
+async fn side_stats(
+    store: &Store,
+    f: &RequestFilter,
+) -> Result<(SetStats, Vec<HistogramBin>, Vec<HistogramBin>)> {
+    let window = (
+        f.from_ns.unwrap_or(Nanos::MIN),
+        f.to_ns.unwrap_or(Nanos::MAX),
+    );
+    let origin = cell_of(window.0);
+    let whole = (window.1 - origin).max(CELL_NS);
+    let cells = if f.from_ns.is_some() && f.to_ns.is_some() {
+        cells::window(store, f, window, (origin, whole)).await?
+    } else {
+        None
+    };
+    if let Some(cells) = cells {
+        let mut c = Cell::default();
+        for part in cells.values() {
+            c.merge(part);
+        }
+        let bins = |h: &Histogram| {
+            h.coarse(CELL_BINS_PER_OCTAVE / BINS_PER_OCTAVE as i32)
+                .into_iter()
+                .map(|(k, n)| bin(k, count(i64::from(n))))
+                .collect::<Vec<_>>()
+        };
+        let stats = SetStats {
+            requests: c.requests.max(0) as u64,
+            ttft: of_bins(&c.ttft),
+            tpot: of_bins(&c.tpot),
+            queue: of_bins(&c.queue),
+            e2e: of_bins(&c.e2e),
+            words: c.words,
+        };
+        return Ok((stats, bins(&c.ttft), bins(&c.tpot)));
+    }
+    let s = store.set_stats(f).await?;
+    let (mut ttft_histogram, mut tpot_histogram) = (Vec::new(), Vec::new());
+    for r in store.histogram(f, BINS_PER_OCTAVE).await? {
+        let b = bin(r.bin, r.requests);
+        if r.metric == "ttft" {
+            ttft_histogram.push(b);
+        } else {
+            tpot_histogram.push(b);
+        }
+    }
+    Ok((s, ttft_histogram, tpot_histogram))
 }
 
 /// `f`'s instances, engine, model and window, a bucket per pixel at most; its order, paging,
@@ -48,8 +140,39 @@ pub async fn series(
             "from={from} must be before to={to}"
         )));
     }
-    let bucket = bucket_ns(from, to, width_px);
     let slo_ns = |slo_ms: f64| (slo_ms * 1e6) as Nanos;
+    // A wide window (a minute at most `MINUTE_PX` pixels wide): buckets of whole minutes from
+    // the latency cells, when they can answer.
+    if let Some(g) = minute_grid(from, to, width_px) {
+        let f = RequestFilter {
+            slo_ns: (slo_ns(ttft_slo_ms), slo_ns(tpot_slo_ms)),
+            ..f.clone()
+        };
+        if let Some(cells) =
+            cells::window(store, &f, (from, to), (g.origin_ns, g.bucket_ns)).await?
+        {
+            return Ok(LatencySeries {
+                from_ns: from,
+                to_ns: to,
+                bucket_ns: g.bucket_ns,
+                ttft_slo_ms,
+                tpot_slo_ms,
+                buckets: cells
+                    .into_iter()
+                    .filter(|(_, c)| c.requests > 0)
+                    .map(|(k, c)| LatencyBucket {
+                        start_ns: g.origin_ns + k * g.bucket_ns,
+                        requests: count(c.requests),
+                        ttft_ms: percentiles(of_bins(&c.ttft)),
+                        tpot_ms: percentiles(of_bins(&c.tpot)),
+                        ttft_over_slo: count(c.ttft_over),
+                        tpot_over_slo: count(c.tpot_over),
+                    })
+                    .collect(),
+            });
+        }
+    }
+    let bucket = bucket_ns(from, to, width_px);
     let rows = store
         .latency_buckets(
             f,
@@ -86,7 +209,7 @@ pub async fn compare_side(
     width_px: u32,
     th: &Thresholds,
 ) -> Result<CompareSide> {
-    let s = store.set_stats(f).await?;
+    let (s, ttft_histogram, tpot_histogram) = side_stats(store, f).await?;
     let stored = if *th == Thresholds::default() {
         stored_cause_counts(store, f).await?
     } else {
@@ -99,15 +222,6 @@ pub async fn compare_side(
             s.requests.min(DIAGNOSED as u64),
         ),
     };
-    let (mut ttft_histogram, mut tpot_histogram) = (Vec::new(), Vec::new());
-    for r in store.histogram(f, BINS_PER_OCTAVE).await? {
-        let b = bin(r.bin, r.requests);
-        if r.metric == "ttft" {
-            ttft_histogram.push(b);
-        } else {
-            tpot_histogram.push(b);
-        }
-    }
     // Tenants' GPU time; the side's priority, if any, is not a key of usage.
     let usage_filter = RequestFilter {
         priority: None,

@@ -4,6 +4,7 @@
 
 pub mod alerts;
 pub mod answers;
+pub mod cells;
 pub mod diagnosis;
 pub mod findings;
 pub mod fingerprints;

@@ -22,6 +22,7 @@ mod incidents;
 mod ingest_batches;
 mod ingest_roundtrip;
 mod latency;
+mod latency_cells;
 mod live;
 mod logs;
 mod metrics;
