@@ -131,7 +131,12 @@ pub async fn spawn_on(database_url: String, change: impl FnOnce(&mut Config)) ->
     TestApp {
         running,
         http,
-        client: reqwest::Client::new(),
+        // A reply that never ends fails its test in two minutes (with the server's panics in
+        // its output) instead of holding CI until its limit.
+        client: reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(120))
+            .build()
+            .expect("an HTTP client"),
         database_url,
     }
 }
