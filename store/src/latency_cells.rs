@@ -293,17 +293,17 @@ impl Store {
         Ok(())
     }
 
-    /// The engine and release (`''` for none) of these instances, each once.
-    pub async fn releases_of(&self, instance_ids: &[i32]) -> Result<Vec<(String, String)>> {
+    /// Each of these instances with its engine and release (`''` for none).
+    pub async fn releases_of(&self, instance_ids: &[i32]) -> Result<Vec<(i32, (String, String))>> {
         Ok(sqlx::query!(
-            r#"SELECT DISTINCT engine, COALESCE(engine_version, '') AS "version!" FROM instances
-               WHERE id = ANY($1) ORDER BY 1, 2"#,
+            r#"SELECT id, engine, COALESCE(engine_version, '') AS "version!" FROM instances
+               WHERE id = ANY($1)"#,
             instance_ids
         )
         .fetch_all(&self.pool)
         .await?
         .into_iter()
-        .map(|r| (r.engine, r.version))
+        .map(|r| (r.id, (r.engine, r.version)))
         .collect())
     }
 

@@ -67,10 +67,16 @@ pub async fn account(
 /// Sums the fleet cells of the minutes `account` recounted, per engine release, each stretch of
 /// minutes once however many of the release's instances recounted it.
 pub async fn sum_releases(store: &Store, recounted: &[(i32, (Nanos, Nanos))]) -> Result<()> {
+    let ids: Vec<i32> = recounted.iter().map(|r| r.0).collect();
+    let release_of: BTreeMap<i32, (String, String)> =
+        store.releases_of(&ids).await?.into_iter().collect();
     let mut by_release: BTreeMap<(String, String), Vec<(Nanos, Nanos)>> = BTreeMap::new();
-    for &(instance_id, minutes) in recounted {
-        for release in store.releases_of(&[instance_id]).await? {
-            by_release.entry(release).or_default().push(minutes);
+    for (instance_id, minutes) in recounted {
+        if let Some(release) = release_of.get(instance_id) {
+            by_release
+                .entry(release.clone())
+                .or_default()
+                .push(*minutes);
         }
     }
     for ((engine, version), mut spans) in by_release {
