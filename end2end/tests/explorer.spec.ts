@@ -114,3 +114,48 @@ test("unknown pages say so", async ({ page }) => {
   expect(resp?.status()).toBe(404);
   await expect(page.getByRole("heading", { name: "Not found" })).toBeVisible();
 });
+
+test("at fleet size the instance picker is a search box: a typed name adds its chip", async ({ page, request }) => {
+  // Seventeen instances more than whatever the demo has: past the chips' limit of 16.
+  const t = T0 + 3_600_000_000_000n;
+  const names = Array.from({ length: 17 }, (_, k) => `pick-${String(k).padStart(2, "0")}`);
+  const body = {
+    resource_traces: names.map((name) => ({
+      resource: { engine: "ENGINE_KIND_VLLM", engine_version: "0.11.0", model: "llama-3.1-8b", instance_id: name, host: "e2e-host" },
+      requests: [{
+        request_id: `${name}-req`,
+        arrival_ns: t.toString(),
+        first_scheduled_ns: (t + 1_000_000n).toString(),
+        finished_ns: (t + 50_000_000n).toString(),
+        finish_reason: "FINISH_REASON_STOP",
+        prompt_tokens: 10,
+        tokens: { token_id: [9906], emitted_ns: [(t + 50_000_000n).toString()], text: ["Hi"], special: ["SPECIAL_TOKEN_NONE"] },
+      }],
+    })),
+  };
+  expect((await request.post("/api/v1/traces", { data: body })).status()).toBe(200);
+  const errors = watchErrors(page);
+  await page.goto(`/?from=${t - 1_000_000_000n}&to=${t + 1_000_000_000n}`);
+  await hydrated(page);
+  const chips = page.getByTestId("instance-chips");
+  await expect(chips.locator("a.chip")).toHaveCount(0); // none chosen, none shown
+  await expect(page.getByTestId("all-instances")).not.toHaveAttribute("open", "");
+  const box = page.getByTestId("instance-search");
+  await expect(box).toHaveAttribute("placeholder", /add one of \d+/);
+  await box.fill("pick-07");
+  await box.press("Tab");
+  await expect(page).toHaveURL(/instance=pick-07/);
+  await expect(chips.locator("a.chip.on")).toHaveText(["pick-07"]);
+  await expect(page.getByTestId("requests").locator("tbody tr")).toHaveCount(1);
+  await expect(page.getByTestId("requests")).toContainText("pick-07-req");
+  // A name that is no instance changes nothing.
+  await page.getByTestId("instance-search").fill("pick-99");
+  await page.getByTestId("instance-search").press("Tab");
+  await expect(page.getByTestId("instance-search")).toHaveAttribute("aria-invalid", "true");
+  await expect(chips.locator("a.chip.on")).toHaveText(["pick-07"]);
+  await page.screenshot({ path: "test-results/explorer-instance-picker.png" });
+  // Every instance is one click away, folded.
+  await page.getByTestId("all-instances").locator("summary").click();
+  await expect(page.getByTestId("all-instances").locator("a.chip")).not.toHaveCount(0);
+  expect(errors).toEqual([]);
+});

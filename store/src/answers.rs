@@ -29,7 +29,8 @@ impl Store {
     /// each with its prompt's key (requests without one do not use up the limit). The first are
     /// found by their arrival alone (a narrow sort), then read without sorting: ordering whole
     /// rows made Postgres carry each one's `detail` through the sort (to hash it after the limit)
-    /// and spill it to disk.
+    /// and spill it to disk. `prefix_cache IS NOT NULL` (implied by the key) lets the walk use
+    /// the fingerprinted requests' own index.
     pub async fn prompt_keys(&self, f: &RequestFilter, limit: i64) -> Result<Vec<PromptKeyRow>> {
         let mut rows = sqlx::query_as!(
             PromptKeyRow,
@@ -41,7 +42,7 @@ impl Store {
                    AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
                    AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                    AND ($11::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17))) AND r.output_tokens > 0
-                   AND r.prompt_key IS NOT NULL
+                   AND r.prefix_cache IS NOT NULL AND r.prompt_key IS NOT NULL
                  ORDER BY r.arrival_ns OFFSET $10::bigint - 1 LIMIT 1)
                SELECT r.prompt_key AS "key!",
                       r.instance_id, i.instance_key AS instance, r.request_id, r.arrival_ns
@@ -51,7 +52,7 @@ impl Store {
                  AND ($6::text[] IS NULL OR r.tenant = ANY($6)) AND ($7::text IS NULL OR r.lora_adapter = $7)
                  AND ($8::int IS NULL OR r.priority = $8) AND r.arrival_ns >= $4 AND r.arrival_ns < $5
                  AND ($11::text IS NULL OR (r.prefix_cache -> 'block_hashes') ? $11) AND ($12::int IS NULL OR r.prompt_tokens >= $12) AND ($13::int IS NULL OR r.prompt_tokens < $13) AND ($14::int IS NULL OR (CASE WHEN r.cached_tokens = 0 THEN 0 WHEN r.cached_tokens * 2 < r.prompt_tokens THEN 1 ELSE 2 END) = $14) AND ($15::int IS NULL OR ((r.arrival_ns / 3600000000000) % 24)::int = $15) AND ($16::int IS NULL OR EXISTS (SELECT 1 FROM iteration_rollups c1 WHERE c1.instance_id = r.instance_id AND c1.resolution_ns = 1000000000 AND c1.cell_ns = r.arrival_ns - r.arrival_ns % 1000000000 AND c1.max_batch_size >= $16 AND ($17::int IS NULL OR c1.max_batch_size < $17)))
-                 AND r.prompt_key IS NOT NULL AND r.output_tokens > 0
+                 AND r.prefix_cache IS NOT NULL AND r.prompt_key IS NOT NULL AND r.output_tokens > 0
                  AND ((SELECT arrival_ns FROM cut) IS NULL OR r.arrival_ns <= (SELECT arrival_ns FROM cut))"#,
             f.instance_list(),
             f.engine,

@@ -297,6 +297,44 @@ async fn a_late_culprit_changes_its_victims_stored_findings_within_a_settle_peri
             .unwrap()
             .contains(&"prefill_interrupted_decode".into())
     }));
+    // Paged: in arrival order, counted (from the findings alone, and through the requests when
+    // a slice needs them), the pages together the whole set.
+    let with_cause: Vec<&str> = rows
+        .iter()
+        .filter(|r| {
+            r["causes"]
+                .as_array()
+                .unwrap()
+                .contains(&"prefill_interrupted_decode".into())
+        })
+        .map(|r| r["request_id"].as_str().unwrap())
+        .collect();
+    assert!(with_cause.len() >= 3, "{with_cause:?}");
+    let sliced = format!(
+        "&model={}&prompt_min=0",
+        urlencode(victim_row["model"].as_str().unwrap())
+    );
+    for extra in ["", sliced.as_str()] {
+        let mut paged = Vec::new();
+        for offset in (0..with_cause.len()).step_by(2) {
+            let page = app
+                .get_json(&format!(
+                    "/api/v1/requests?instance=sim-pid&cause=prefill_interrupted_decode\
+                     &limit=2&offset={offset}&{range}{extra}"
+                ))
+                .await;
+            assert_eq!(page["total"], with_cause.len(), "{extra}: {page}");
+            assert_ne!(page["total_estimated"], true, "{extra}: {page}");
+            paged.extend(
+                page["requests"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r["request_id"].as_str().unwrap().to_string()),
+            );
+        }
+        assert_eq!(paged, with_cause, "{extra}");
+    }
     let wrong = app.get("/api/v1/requests?cause=slow").await;
     assert_eq!(wrong.status(), 400);
     let why = wrong.text().await.unwrap();

@@ -225,12 +225,3 @@ async fn each_tallied_value_is_one_filter_away() {
         assert!(r.text().await.unwrap().contains(says), "{q}");
     }
 }
-
-fn urlencode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}

@@ -10,6 +10,11 @@ use crate::analysis::diagnosis::Cause;
 use crate::api::InstanceInfo;
 use crate::ui::time::{Zone, input_value, parse_input};
 
+/// Up to this many instances the bar shows each as a chip. Past it, the chosen ones, a search
+/// box that adds one, and every chip folded under "all N": at a fleet's 100 instances the chips
+/// took half of the first screen.
+const CHIPS_UP_TO: usize = 16;
+
 #[component]
 pub fn Filters(
     instances: Vec<InstanceInfo>,
@@ -80,15 +85,57 @@ pub fn Filters(
             </label>
         }
     };
-    let chips = instances
-        .iter()
-        .map(|i| {
-            let on = q.instances().contains(&i.instance.as_str());
-            let href = q.toggle_instance(&i.instance).href();
-            let title = format!("{} · {} · {}", i.engine.as_str(), i.model, i.role.as_str());
-            view! { <a class="chip" class:on=on href=href title=title>{i.instance.clone()}</a> }
-        })
-        .collect_view();
+    let chip = |i: &InstanceInfo| {
+        let on = q.instances().contains(&i.instance.as_str());
+        let href = q.toggle_instance(&i.instance).href();
+        let title = format!("{} · {} · {}", i.engine.as_str(), i.model, i.role.as_str());
+        view! { <a class="chip" class:on=on href=href title=title>{i.instance.clone()}</a> }
+    };
+    let picker = if instances.is_empty() {
+        view! { <div class="chips" data-testid="instance-chips"><span class="empty">"No engine has reported yet: point its OTLP exporter (--otlp-traces-endpoint) at port 4317 of this server."</span></div> }.into_any()
+    } else if instances.len() <= CHIPS_UP_TO {
+        let chips = instances.iter().map(chip).collect_view();
+        view! { <div class="chips" data-testid="instance-chips">{chips}</div> }.into_any()
+    } else {
+        let chosen = instances
+            .iter()
+            .filter(|i| q.instances().contains(&i.instance.as_str()))
+            .map(chip)
+            .collect_view();
+        let every = instances.iter().map(chip).collect_view();
+        let names: Vec<String> = instances.iter().map(|i| i.instance.clone()).collect();
+        let options = names
+            .iter()
+            .map(|n| view! { <option value=n.clone()></option> })
+            .collect_view();
+        let n = names.len();
+        // A name typed or picked from the list adds that instance; any other is marked, not sent.
+        let unknown = RwSignal::new(false);
+        let add = move |ev: leptos::ev::Event| {
+            let v = event_target_value(&ev).trim().to_string();
+            let q = query.get_value();
+            unknown.set(!v.is_empty() && !names.contains(&v));
+            if names.contains(&v) && !q.instances().contains(&v.as_str()) {
+                go.run(q.toggle_instance(&v));
+            }
+        };
+        view! {
+            <div class="chips" data-testid="instance-chips">
+                {chosen}
+                <input type="search" class="slice" list="instance-names" data-testid="instance-search"
+                    placeholder=format!("add one of {n}…") aria-label="Add an instance"
+                    class:unknown=move || unknown.get() aria-invalid=move || unknown.get().to_string()
+                    title=move || if unknown.get() { "No instance has that name" } else { "" }
+                    on:change=add/>
+                <datalist id="instance-names">{options}</datalist>
+            </div>
+            <details class="all-instances" data-testid="all-instances">
+                <summary>{format!("all {n}")}</summary>
+                <div class="chips">{every}</div>
+            </details>
+        }
+        .into_any()
+    };
     let presets = PRESETS
         .iter()
         .map(|&(key, label, _)| {
@@ -149,11 +196,7 @@ pub fn Filters(
         <section class="panel filters" data-testid="filters">
             <div class="filter-row">
                 <span class="field-label">"Instances"</span>
-                <div class="chips" data-testid="instance-chips">
-                    {if instances.is_empty() {
-                        view! { <span class="empty">"No engine has reported yet: point its OTLP exporter (--otlp-traces-endpoint) at port 4317 of this server."</span> }.into_any()
-                    } else { chips.into_any() }}
-                </div>
+                {picker}
             </div>
             <div class="filter-row">
                 {select(models, q.model.clone(), "Model", |q, v| q.model = v)}
