@@ -325,9 +325,37 @@ impl Column {
     }
 }
 
+thread_local! {
+    /// One decompression context per thread, reused: a stream decoder per frame created (and
+    /// the kernel zeroed) a fresh context each time, a fifth of the findings worker's time in
+    /// the profile (docs/BENCHMARKS.md).
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// A block's frames decompressed, to at most [`MAX_FRAME`] bytes: a few corrupt bytes must not
 /// make the reader allocate without bound.
 pub(super) fn inflate(frame: &[u8]) -> Result<Vec<u8>> {
+    // The writer's frames state their size: those take one call on the thread's context.
+    // Anything else (no size, a lie, several frames) goes the streaming way, which bounds
+    // what it reads and says what was wrong.
+    if let Ok(Some(size)) = zstd::zstd_safe::get_frame_content_size(frame)
+        && size <= MAX_FRAME
+        && let Some(out) = DECOMPRESSOR.with(|d| {
+            let mut d = d.borrow_mut();
+            if d.is_none() {
+                *d = zstd::bulk::Decompressor::new().ok();
+            }
+            d.as_mut()
+                .and_then(|d| d.decompress(frame, size as usize).ok())
+        })
+    {
+        return Ok(out);
+    }
+    inflate_stream(frame)
+}
+
+fn inflate_stream(frame: &[u8]) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut out = Vec::new();
     zstd::stream::Decoder::new(frame)
@@ -615,6 +643,23 @@ mod tests {
         let fresh = zstd::bulk::compress(&data, ZSTD_LEVEL).unwrap();
         assert_eq!(compress(&data), fresh);
         assert_eq!(compress(&data), fresh, "and again, from the same context");
+    }
+
+    #[test]
+    fn frames_inflate_the_same_by_the_reused_context_and_by_the_stream() {
+        let data: Vec<u8> = (0..20_000u32).flat_map(|v| (v % 7).to_le_bytes()).collect();
+        let one = compress(&data);
+        for _ in 0..3 {
+            assert_eq!(inflate(&one).unwrap(), data, "sized frame, context reused");
+        }
+        assert_eq!(inflate_stream(&one).unwrap(), data);
+        // Two frames back to back: the first states only its own size; the stream reads both.
+        let two = [one.clone(), one.clone()].concat();
+        assert_eq!(inflate(&two).unwrap(), [&data[..], &data[..]].concat());
+        // A frame without a stated size (a stream encoder's) goes the streaming way.
+        let unsized_frame = zstd::stream::encode_all(&data[..], ZSTD_LEVEL).unwrap();
+        assert_eq!(inflate(&unsized_frame).unwrap(), data);
+        assert!(inflate(&one[..one.len() / 2]).is_err(), "a cut frame");
     }
 
     #[test]

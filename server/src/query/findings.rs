@@ -11,6 +11,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use tokenscope_core::analysis::diagnosis::{Diagnosis, Severity, Thresholds, Verdict};
 use tokenscope_core::analysis::metrics::request_metrics;
 use tokenscope_core::api::{Victim, VictimList};
@@ -170,24 +172,48 @@ pub async fn diagnose_stretch(
 }
 
 /// Diagnoses what has settled for `settle`; returns how many requests it diagnosed, `None` when
-/// nothing was due.
+/// nothing was due. Stretches (one instance each) are settled side by side, one per core: the
+/// work of one is mostly this process's CPU (decoding tokens, the diagnosis), so one at a time
+/// left a core idle (docs/BENCHMARKS.md).
 pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
     let due = store.due_for_diagnosis(settle, TAKE).await?;
     if due.ids.is_empty() {
         return Ok(None);
     }
-    let mut done = 0;
-    let mut recounted = Vec::new();
-    for &(instance_id, from, to) in &due.ranges {
-        done += diagnose_stretch(store, instance_id, from, to).await?;
-        // Who used the GPU in those minutes, now that the requests' records are in.
-        super::usage::account(store, instance_id, from, to).await?;
-        if let Some(minutes) = super::cells::account(store, instance_id, from, to).await? {
-            recounted.push((instance_id, minutes));
-        }
+    let width = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let mut settled = futures_util::stream::iter(due.ranges.iter().copied())
+        .map(|(instance_id, from, to)| {
+            let store = store.clone();
+            async move {
+                tokio::spawn(async move { settle_stretch(&store, instance_id, from, to).await })
+                    .await
+                    .map_err(|e| Error::Internal(format!("a findings task failed: {e}")))?
+            }
+        })
+        .buffer_unordered(width);
+    let (mut done, mut recounted) = (0, Vec::new());
+    while let Some(stretch) = settled.next().await {
+        let (n, minutes) = stretch?;
+        done += n;
+        recounted.extend(minutes);
     }
     super::cells::sum_releases(store, &recounted).await?;
     // Only what was taken: stretches queued meanwhile wait for their own settle time.
     store.diagnosed(&due.ids).await?;
     Ok(Some(done))
+}
+
+/// One stretch of one instance: its requests diagnosed, then who used the GPU in those minutes
+/// and the minutes' latency cells, now that the requests' records are in. Returns how many
+/// requests it diagnosed and the recounted minutes, if any.
+async fn settle_stretch(
+    store: &Store,
+    instance_id: i32,
+    from: Nanos,
+    to: Nanos,
+) -> Result<(usize, Option<(i32, (Nanos, Nanos))>)> {
+    let done = diagnose_stretch(store, instance_id, from, to).await?;
+    super::usage::account(store, instance_id, from, to).await?;
+    let minutes = super::cells::account(store, instance_id, from, to).await?;
+    Ok((done, minutes.map(|m| (instance_id, m))))
 }
