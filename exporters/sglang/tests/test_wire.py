@@ -18,6 +18,22 @@ def test_packed_varints_written_at_once_equal_one_by_one():
         assert wire.packed_varints(9, values) == wire.length_delimited(9, one_by_one)
 
 
+def test_packed_varints_of_one_width_equal_one_by_one():
+    # Columns whose values all take as many bytes (times, step ids) are written as a table.
+    rng = random.Random(8)
+    for width in range(1, 11):
+        lo, hi = (0 if width == 1 else 1 << 7 * (width - 1)), min(1 << 7 * width, 1 << 64) - 1
+        for values in ([lo] * 16, [hi] * 16, [rng.randint(lo, hi) for _ in range(200)]):
+            assert wire._varints_np(values) == b"".join(wire.varint(v) for v in values), width
+
+
+def test_packed_floats_written_at_once_equal_one_by_one():
+    import struct
+
+    values = [-0.5, -1e-9, 0.0, -3.4028234e38, float("-inf"), -17.25] * 5
+    assert wire.packed_f32(10, values) == wire.length_delimited(10, struct.pack(f"<{len(values)}f", *values))
+
+
 def test_batch_entries_read_back_as_written():
     entries = [(1, wire.PHASE_PREFILL, 512, 1024, 0, 0), (300, wire.PHASE_DECODE, 1, 0, 0, 0), (2, wire.PHASE_DECODE, 5, 0, 4, 2)]
     batch = b"".join(wire.batch_entry(*e) for e in entries)

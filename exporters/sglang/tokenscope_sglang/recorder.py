@@ -86,6 +86,8 @@ class Step:
     waiting: int
     kv_cache_usage: float
     end_ns: int = 0
+    # Tokens made per request when more than one (speculative decoding): not captured here yet.
+    made: dict | None = None
 
 
 class Recorder:
