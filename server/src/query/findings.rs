@@ -8,7 +8,7 @@
 //! and their stored findings change one settle period later. The same stretches have their GPU
 //! time accounted (`usage`) and their minutes' latencies counted (`cells`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -172,28 +172,41 @@ pub async fn diagnose_stretch(
 }
 
 /// Diagnoses what has settled for `settle`; returns how many requests it diagnosed, `None` when
-/// nothing was due. Stretches (one instance each) are settled side by side, one per core: the
-/// work of one is mostly this process's CPU (decoding tokens, the diagnosis), so one at a time
-/// left a core idle (docs/BENCHMARKS.md).
+/// nothing was due. Instances are settled side by side, one per core: the work is mostly this
+/// process's CPU (decoding tokens, the diagnosis), so one at a time left a core idle
+/// (docs/BENCHMARKS.md). An instance's own stretches go one after the other: two of them may
+/// share requests and minutes, which would then be written twice at once.
 pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
     let due = store.due_for_diagnosis(settle, TAKE).await?;
     if due.ids.is_empty() {
         return Ok(None);
     }
+    let mut by_instance: BTreeMap<i32, Vec<(Nanos, Nanos)>> = BTreeMap::new();
+    for &(instance_id, from, to) in &due.ranges {
+        by_instance.entry(instance_id).or_default().push((from, to));
+    }
     let width = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    let mut settled = futures_util::stream::iter(due.ranges.iter().copied())
-        .map(|(instance_id, from, to)| {
+    let mut settled = futures_util::stream::iter(by_instance)
+        .map(|(instance_id, stretches)| {
             let store = store.clone();
             async move {
-                tokio::spawn(async move { settle_stretch(&store, instance_id, from, to).await })
-                    .await
-                    .map_err(|e| Error::Internal(format!("a findings task failed: {e}")))?
+                tokio::spawn(async move {
+                    let (mut done, mut minutes) = (0, Vec::new());
+                    for (from, to) in stretches {
+                        let (n, m) = settle_stretch(&store, instance_id, from, to).await?;
+                        done += n;
+                        minutes.extend(m);
+                    }
+                    Ok::<_, Error>((done, minutes))
+                })
+                .await
+                .map_err(|e| Error::Internal(format!("a findings task failed: {e}")))?
             }
         })
         .buffer_unordered(width);
     let (mut done, mut recounted) = (0, Vec::new());
-    while let Some(stretch) = settled.next().await {
-        let (n, minutes) = stretch?;
+    while let Some(instance) = settled.next().await {
+        let (n, minutes) = instance?;
         done += n;
         recounted.extend(minutes);
     }
