@@ -229,8 +229,9 @@ def _model_output(
     """A step's output: the next token of each request that samples (EOS when `eos_after` says),
     with top-3 logprobs (the sampled one's from `sampled_logprob`) and a rank of 2. `tokens`: what the scheduler reported so far (every
     earlier step's output has been applied). `spec`: the step's draft tokens per request; the
-    first `(step + len(id)) % (k + 1)` of them are accepted, then the model samples its own (no
-    logprobs then), recorded in `drafts`."""
+    first `(step + len(id)) % (k + 1)` of them are accepted, then the model samples its own,
+    recorded in `drafts`; the logprobs then have a row per token made, the requests' rows found
+    by `cu_num_generated_tokens` (as vLLM's sampler lays them out under speculation)."""
     sampled = []
     for rid in ids:
         if rid not in samples:
@@ -244,9 +245,16 @@ def _model_output(
             sampled.append(list(draft[:accepted]) + [sample(step, rid)])
             continue
         sampled.append([EOS if eos_after.get(rid) == n else sample(step, rid)])
-    if spec:
-        return model_runner_output(ids, sampled, None)
     k = 3
+    if spec:
+        made = [tok for row in sampled for tok in row]
+        cu = [0]
+        for row in sampled:
+            cu.append(cu[-1] + len(row))
+        lp_ids = np.array([[tok] + [1000 + j for j in range(k)] for tok in made], dtype=np.int64).reshape(-1, k + 1)
+        lps = np.array([[sampled_logprob(tok)] + [-0.1 - 0.5 * j for j in range(k)] for tok in made], dtype=np.float32).reshape(-1, k + 1)
+        ranks = np.array([2 for _ in made], dtype=np.int64)
+        return model_runner_output(ids, sampled, LogprobsLists(lp_ids, lps, ranks, cu))
     lp_ids = np.array([[row[0] if row else 0] + [1000 + j for j in range(k)] for row in sampled], dtype=np.int64)
     lps = np.array([[sampled_logprob(row[0] if row else 0)] + [-0.1 - 0.5 * j for j in range(k)] for row in sampled], dtype=np.float32)
     ranks = np.array([2 for _ in sampled], dtype=np.int64)

@@ -66,7 +66,7 @@ def test_logprob_rows_of_several_widths_come_back_one_per_token_in_step_order():
     step(4, 5, ["r", "other"])
     lp.split()
     making = [SimpleNamespace(iteration_id=it) for it in (1, 2, 3, 4)]
-    StepLogprobs.columns(r, making)
+    StepLogprobs.columns(r, making, len(making))
     assert r.logprobs == [-1.0, -2.0, -3.0, -4.0]
     assert r.ranks == [1, 2, 3, 4]
     assert r.candidate_counts == [3, 5, 3, 5]

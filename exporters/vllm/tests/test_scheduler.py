@@ -235,7 +235,8 @@ def test_speculative_decoding_drafts_and_accepted_per_step_and_token():
     import tokenscope_vllm
 
     s = engine.make_scheduler(tokenscope_vllm.TracingScheduler, spec_tokens=3)
-    arrivals = {0: [engine.make_request(f"spec-{i}", 40, 30) for i in range(3)]}
+    # spec-2 asks for logprobs: under speculation vLLM slices them per request, several rows each.
+    arrivals = {0: [engine.make_request(f"spec-{i}", 40, 30, logprobs=3 if i == 2 else None) for i in range(3)]}
     run = engine.drive(s, arrivals, decode_s=0.001)
     assert s.tokenscope.flush(timeout_s=20), s.tokenscope.stats()
     s.tokenscope.close()
@@ -256,6 +257,10 @@ def test_speculative_decoding_drafts_and_accepted_per_step_and_token():
             accepted = ts[0]["step_draft"]["accepted"]
             flags = [t["accepted_draft"] for t in ts]
             assert flags == [True] * accepted + [False] * (len(ts) - accepted) or len(ts) <= accepted, (rid, flags, accepted)
+    # Each token of spec-2 with its own row: its logprob and candidates, accepted drafts included.
+    lp = api("/api/v1/requests/spec-2", instance=instance)["tokens"]
+    assert [(t["token_id"], round(t["logprob"], 3)) for t in lp] == [(t, round(engine.sampled_logprob(t), 3)) for t in run.tokens["spec-2"]], lp[:5]
+    assert all([c["token_id"] for c in t["candidates"]] == [1000, 1001, 1002] for t in lp), lp[:3]
 
 
 def test_a_tokenscope_that_is_down_costs_drops_not_the_engine():

@@ -143,22 +143,23 @@ class StepLogprobs:
                 r.lp_chunks.append((its[rows], ids[rows], lps[rows], ranks[rows]))
 
     @staticmethod
-    def columns(r: Record, making: list) -> None:
-        """The request's logprob columns, one row per token in step order: its rows of the steps
-        that made them (rows of other widths in chunks of their own)."""
+    def columns(r: Record, making: list, n: int) -> None:
+        """The request's logprob columns for its `n` tokens, in step order: its rows of the steps
+        that made them (rows of other widths in chunks of their own; a speculative step's
+        several rows in their order)."""
         chunks, r.lp_chunks = r.lp_chunks, []
         made = np.fromiter((s.iteration_id for s in making), np.int64, len(making))
         masks = [np.isin(c[0], made) for c in chunks]
         its = np.concatenate([c[0][m] for c, m in zip(chunks, masks)])
-        if len(its) != len(making) or len(np.unique(its)) != len(making):
-            return  # not one row per token (speculation, a lost step): no logprobs rather than wrong ones
+        if len(its) != n or len(np.unique(its)) != len(making):
+            return  # not one row per token, or a step without its rows: no logprobs rather than wrong ones
         order = np.argsort(its, kind="stable")  # chunks of different widths interleave in time
         r.ranks = np.concatenate([c[3][m] for c, m in zip(chunks, masks)])[order].tolist()
         if len({c[1].shape[1] for c in chunks}) == 1:
             ids = np.concatenate([c[1][m] for c, m in zip(chunks, masks)])[order]
             lps = np.concatenate([c[2][m] for c, m in zip(chunks, masks)])[order]
             r.logprobs = lps[:, 0].tolist()
-            r.candidate_counts = [ids.shape[1] - 1] * len(making)
+            r.candidate_counts = [ids.shape[1] - 1] * n
             r.candidate_ids = ids[:, 1:].ravel().tolist()
             r.candidate_logprobs = lps[:, 1:].ravel().tolist()
             return
@@ -316,13 +317,17 @@ class Recorder:
         if logprobs is not None and req_ids is not None and getattr(logprobs, "cu_num_generated_tokens", None) is None:
             self.lp.add(step.iteration_id, req_ids, logprobs)
             return
+        # Rows of the same kind as the batch path's, kept with the request: the step's id for
+        # each token it made, so that `StepLogprobs.columns` orders them with the others (the
+        # prefill's first token comes by the batch arrays: no drafts in that step).
         records = self.records
-        for eco in outputs.values():
+        for eco in (outputs or {}).values():
             for o in eco.outputs:
-                if o.new_logprobs is not None:
-                    r = records.get(o.request_id)
-                    if r is not None:
-                        self._logprobs(r, o.new_logprobs)
+                lp = o.new_logprobs
+                r = records.get(o.request_id) if lp is not None else None
+                if r is not None:
+                    its = np.full(len(lp.sampled_token_ranks), step.iteration_id, dtype=np.int64)
+                    r.lp_chunks.append((its, np.asarray(lp.logprob_token_ids), np.asarray(lp.logprobs), np.asarray(lp.sampled_token_ranks)))
 
     def finished(self, request_ids, at_ns: int) -> None:
         """Requests finished from outside the scheduler (a client went away, a stop string)."""
@@ -416,15 +421,6 @@ class Recorder:
         r.preemptions.append((at, at_ns, True, *r.preempted_for))
         r.preempted_ns, r.preempted_for = 0, ("", 0)
 
-    def _logprobs(self, r: Record, lp) -> None:
-        # Row j: the sampled token's logprob first, then the top-k in rank order.
-        r.ranks += lp.sampled_token_ranks.tolist()
-        for row_ids, row_lps in zip(lp.logprob_token_ids.tolist(), lp.logprobs.tolist()):
-            r.logprobs.append(row_lps[0])
-            r.candidate_counts.append(len(row_ids) - 1)
-            r.candidate_ids += row_ids[1:]
-            r.candidate_logprobs += row_lps[1:]
-
     def _prefix(self, r: Record, req):
         """What the prefix cache served (vLLM's `prefill_stats` split it into its own cache and a
         KV connector's, when stats are on), and the prompt's block-hash chain."""
@@ -451,8 +447,8 @@ class Recorder:
         if sp is not None and sp.logprobs is not None:
             self.logprob_requests -= 1
             self.lp.split()  # its latest rows are still in the steps' arrays
-            if r.lp_chunks and len(making) == n:
-                StepLogprobs.columns(r, making)
+            if r.lp_chunks:
+                StepLogprobs.columns(r, making, n)
             self.lp.done(r)
         reason = req.get_finished_reason()
         r.finish_reason = _FINISH.get(int(reason), wire.FINISH_STOP) if reason is not None else wire.FINISH_ABORT

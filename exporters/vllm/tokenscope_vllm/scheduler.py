@@ -146,7 +146,13 @@ class _Tracing:
         # with speculative decoding the tokens it kept (how many drafts each accepted).
         lp = getattr(model_runner_output, "logprobs", None)
         ids = model_runner_output.req_ids if lp is not None or made is not None else None
-        return ("updated", scheduler_output, outputs, done, end_ns, lp, ids, made)
+        # The step's outputs are read only for their logprobs, and only when the batch's arrays
+        # hold several tokens to a request (`Recorder._keep_logprobs`); vLLM slices them from the
+        # model runner's, so without those there are none. Not kept otherwise: they are freed
+        # here with the engine's step as without the plugin, not on the exporter's thread (half
+        # of its time at batch 256).
+        per_request = lp is not None and getattr(lp, "cu_num_generated_tokens", None) is not None
+        return ("updated", scheduler_output, outputs if per_request else None, done, end_ns, lp, ids, made)
 
     def finish_requests(self, request_ids, finished_status):
         finished = super().finish_requests(request_ids, finished_status)
