@@ -74,11 +74,7 @@ fn cause_condition(f: &RequestFilter) -> &'static str {
 /// The page's order. In arrival order with a cause, the findings' own arrival (the same value)
 /// so that their index gives it: the looked-up request's column is opaque to the planner.
 fn inner_order(f: &RequestFilter) -> String {
-    let by_arrival = !matches!(
-        f.order.key,
-        "ttft" | "tpot" | "e2e" | "queue" | "prompt" | "output"
-    );
-    if f.cause.is_some() && by_arrival {
+    if f.cause.is_some() && order_column(f) == "arrival_ns" {
         order_by(f, "d")
     } else {
         order_by(f, "r")
@@ -99,7 +95,16 @@ fn counted_from_findings(f: &RequestFilter) -> bool {
 /// The list's order as SQL: the column, then arrival in the same direction, then the keys.
 /// Requests without the value come last either way (`NULLS LAST`, as the indexes are built).
 fn order_by(f: &RequestFilter, table: &str) -> String {
-    let column = match f.order.key {
+    let column = order_column(f);
+    let dir = if f.order.descending { "DESC" } else { "ASC" };
+    format!(
+        "{table}.{column} {dir} NULLS LAST, {table}.arrival_ns {dir}, {table}.request_id, {table}.instance_id"
+    )
+}
+
+/// The column the list is ordered by.
+fn order_column(f: &RequestFilter) -> &'static str {
+    match f.order.key {
         "ttft" => "ttft_ns",
         "tpot" => "tpot_ns",
         "e2e" => "e2e_ns",
@@ -107,11 +112,7 @@ fn order_by(f: &RequestFilter, table: &str) -> String {
         "prompt" => "prompt_tokens",
         "output" => "output_tokens",
         _ => "arrival_ns",
-    };
-    let dir = if f.order.descending { "DESC" } else { "ASC" };
-    format!(
-        "{table}.{column} {dir} NULLS LAST, {table}.arrival_ns {dir}, {table}.request_id, {table}.instance_id"
-    )
+    }
 }
 
 /// Binds the filter's $1–$21 (and $22, the cause, when there is one).

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from operator import attrgetter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from urllib.parse import unquote
 
 # Steps kept for the token times of live requests: beyond it, a very long request's earliest
@@ -174,17 +174,10 @@ class StepWindow:
             del w[:drop]
             self.base += drop
 
-    def of(self, r: RequestRecord):
-        """The ended steps that ran the request, oldest first."""
-        rid = r.request_id
-        start = max(0, r.first_iteration - self.base) if r.first_iteration else 0
-        for step in self.steps[start:]:
-            if step is not None and rid in step.ran:
-                yield step
-
     def making(self, r: RequestRecord) -> list:
-        """The ended steps that made a token for the request, oldest first (`of`'s walk, in one
-        comprehension: it runs for every finished request over all of its steps)."""
+        """The ended steps that made a token for the request, oldest first: those from its first
+        that ran it, less those that made it nothing (one comprehension: it runs for every
+        finished request over all of its steps)."""
         rid = r.request_id
         start = max(0, r.first_iteration - self.base) if r.first_iteration else 0
         return [s for s in self.steps[start:] if s is not None and rid in s.ran and rid not in s.silent]

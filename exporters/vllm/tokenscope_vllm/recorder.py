@@ -82,6 +82,13 @@ class Step:
     made: dict | None = None
 
 
+def per_request_logprobs(lp) -> bool:
+    """Whether a step's logprobs hold several rows to a request (`cu_num_generated_tokens`:
+    speculation), read from vLLM's per-request slices in the step's outputs; otherwise the
+    batch's arrays are read whole (`StepLogprobs`)."""
+    return lp is not None and getattr(lp, "cu_num_generated_tokens", None) is not None
+
+
 class StepLogprobs:
     """Logprobs kept as vLLM's model runner made them: each step's arrays for its whole batch
     (`ModelRunnerOutput.logprobs`, by reference), split by request once per export with numpy.
@@ -314,7 +321,7 @@ class Recorder:
     def _keep_logprobs(self, step: Step, outputs, logprobs, req_ids) -> None:
         """A step's logprobs: the batch's arrays whole when each row is one token; otherwise
         (speculation: several tokens to a request, or no batch arrays) vLLM's per-request slices."""
-        if logprobs is not None and req_ids is not None and getattr(logprobs, "cu_num_generated_tokens", None) is None:
+        if logprobs is not None and req_ids is not None and not per_request_logprobs(logprobs):
             self.lp.add(step.iteration_id, req_ids, logprobs)
             return
         # Rows of the same kind as the batch path's, kept with the request: the step's id for

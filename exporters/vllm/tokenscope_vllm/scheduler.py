@@ -19,7 +19,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from tokenscope_exporter import OFF, Exporter, Texts, wire
 
-from .recorder import Recorder
+from .recorder import Recorder, per_request_logprobs
 
 log = logging.getLogger("tokenscope_vllm")
 
@@ -151,8 +151,8 @@ class _Tracing:
         # model runner's, so without those there are none. Not kept otherwise: they are freed
         # here with the engine's step as without the plugin, not on the exporter's thread (half
         # of its time at batch 256).
-        per_request = lp is not None and getattr(lp, "cu_num_generated_tokens", None) is not None
-        return ("updated", scheduler_output, outputs if per_request else None, done, end_ns, lp, ids, made)
+        kept = outputs if per_request_logprobs(lp) else None
+        return ("updated", scheduler_output, kept, done, end_ns, lp, ids, made)
 
     def finish_requests(self, request_ids, finished_status):
         finished = super().finish_requests(request_ids, finished_status)
