@@ -237,22 +237,75 @@ fn tokens_in(b: &v1::ExportRequest) -> u64 {
         .sum()
 }
 
+/// A batch on the wire: when it is due (simulated time), its bytes and the tokens it carries.
+pub struct Encoded {
+    pub at_ns: Nanos,
+    pub body: Bytes,
+    pub tokens: u64,
+}
+
+impl From<Timed> for Encoded {
+    fn from(t: Timed) -> Self {
+        Self {
+            at_ns: t.at_ns,
+            tokens: tokens_in(&t.batch),
+            body: Bytes::from(t.batch.encode_to_vec()),
+        }
+    }
+}
+
 /// Sends the batches to a tokenscope gRPC endpoint, paced so that simulated time runs `speed`×
 /// the wall clock (infinite: as fast as ingest takes them), printing progress to stderr.
 pub async fn send(url: &str, batches: Vec<Timed>, speed: f64, progress: bool) -> Result<Delivered> {
-    let (tx, rx) = mpsc::channel(batches.len().max(1));
-    for b in batches {
-        tx.try_send(b).expect("the channel holds every batch");
-    }
-    drop(tx);
-    send_stream(url, rx, speed, progress).await
+    let batches = batches.into_iter().map(Encoded::from).collect();
+    send_encoded(url, batches, speed, IN_FLIGHT, progress).await
 }
 
-/// [`send`] for batches that arrive while they are being sent (see [`stream`]).
+/// [`send`] for batches encoded beforehand (a benchmark that paces the sender and must not
+/// spend the cores it measures on encoding), `in_flight` at a time (many instances export at
+/// once; one sender's default is 4).
+pub async fn send_encoded(
+    url: &str,
+    batches: Vec<Encoded>,
+    speed: f64,
+    in_flight: usize,
+    progress: bool,
+) -> Result<Delivered> {
+    let (tx, rx) = mpsc::channel(batches.len().max(1));
+    for b in batches {
+        tx.try_send(b)
+            .unwrap_or_else(|_| unreachable!("the channel holds every batch"));
+    }
+    drop(tx);
+    deliver(url, rx, speed, in_flight, progress).await
+}
+
+/// [`send`] for batches that arrive while they are being sent (see [`stream`]); each is encoded
+/// as it is taken.
 pub async fn send_stream(
     url: &str,
     mut batches: mpsc::Receiver<Timed>,
     speed: f64,
+    progress: bool,
+) -> Result<Delivered> {
+    let (tx, rx) = mpsc::channel(1);
+    let encode = tokio::spawn(async move {
+        while let Some(t) = batches.recv().await {
+            if tx.send(Encoded::from(t)).await.is_err() {
+                break;
+            }
+        }
+    });
+    let delivered = deliver(url, rx, speed, IN_FLIGHT, progress).await;
+    encode.abort();
+    delivered
+}
+
+async fn deliver(
+    url: &str,
+    mut batches: mpsc::Receiver<Encoded>,
+    speed: f64,
+    width: usize,
     progress: bool,
 ) -> Result<Delivered> {
     let channel = Channel::from_shared(url.to_string())
@@ -270,8 +323,13 @@ pub async fn send_stream(
         indicatif::ProgressBar::hidden()
     };
     loop {
-        while in_flight.len() < IN_FLIGHT {
-            let Some(Timed { at_ns, batch }) = batches.recv().await else {
+        while in_flight.len() < width.max(1) {
+            let Some(Encoded {
+                at_ns,
+                body,
+                tokens,
+            }) = batches.recv().await
+            else {
                 break;
             };
             let sim_start = *sim_start.get_or_insert(at_ns);
@@ -282,9 +340,6 @@ pub async fn send_stream(
                 }
             }
             let channel = channel.clone();
-            let tokens = tokens_in(&batch);
-            let body = Bytes::from(batch.encode_to_vec());
-            drop(batch);
             in_flight.spawn(async move {
                 let mut attempt = 0;
                 loop {

@@ -9,7 +9,7 @@ use sqlx::{PgConnection, Postgres};
 
 use tokenscope_core::model::{Nanos, PrefixCache};
 
-use super::read::{Loaded, RequestFilter, StoredRequest};
+use super::read::{Loaded, RequestFilter, StoredRequest, TextsLater};
 use super::{REQUEST_LOOKBACK_NS, Store, partitions::day_of};
 use crate::error::Result;
 
@@ -63,8 +63,9 @@ pub struct Alive<'s> {
 }
 
 impl Alive<'_> {
-    /// The next page; `None` after the last.
-    pub async fn next(&mut self) -> Result<Option<Vec<Loaded>>> {
+    /// The next page, without the vocabulary's texts (see [`TextsLater`]); `None` after the
+    /// last.
+    pub async fn next(&mut self) -> Result<Option<Vec<(Loaded, TextsLater)>>> {
         if self.done {
             return Ok(None);
         }
@@ -74,7 +75,7 @@ impl Alive<'_> {
             .load_alive(self.instance_id, from, to, self.after.as_ref(), self.page)
             .await?;
         match page.last() {
-            Some(l) if page.len() as i64 == self.page => {
+            Some((l, _)) if page.len() as i64 == self.page => {
                 self.after = Some((l.trace.arrival_ns, l.trace.request_id.clone()))
             }
             _ => self.done = true,
@@ -220,7 +221,7 @@ impl Store {
         to: Nanos,
         after: Option<&(Nanos, String)>,
         limit: i64,
-    ) -> Result<Vec<Loaded>> {
+    ) -> Result<Vec<(Loaded, TextsLater)>> {
         let rows = sqlx::query_as!(
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
@@ -242,7 +243,9 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        self.decode_requests(rows).await
+        rows.into_iter()
+            .map(|row| self.decode_request_untexted(row))
+            .collect()
     }
 
     /// Replaces the stored diagnoses of `requests` (request id, arrival) of an instance with

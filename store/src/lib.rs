@@ -47,7 +47,8 @@ pub use list::{EXACT_UP_TO, Total};
 pub use live::{IngestListener, Ingested};
 pub use partitions::DAY_NS;
 pub use read::{
-    InstanceRow, Loaded, ORDER_KEYS, Order, RequestFilter, RequestRow, count, split_list,
+    InstanceRow, Loaded, ORDER_KEYS, Order, RequestFilter, RequestRow, TextsLater, count,
+    split_list,
 };
 pub use slow_set::{Buckets, Slow, TallyRow};
 pub use steps::StoredStep;

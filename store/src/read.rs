@@ -29,6 +29,14 @@ pub struct Loaded {
     pub clock_shift_ns: Nanos,
 }
 
+/// The texts a request's token block takes from its model's vocabulary, not yet put in
+/// ([`Store::fill_texts`]): reading them is most of a request's decoding, and the diagnosis
+/// quotes them only in the findings of requests that are not healthy.
+pub struct TextsLater {
+    model_id: i32,
+    refs: Vec<token_block::VocabRef>,
+}
+
 /// A `requests` row with its instance and model, as the loaders select it.
 pub(crate) struct StoredRequest {
     pub(crate) request_id: String,
@@ -289,19 +297,39 @@ impl Store {
     /// A stored row as the model: the detail applied, the token block decoded, texts from the
     /// model's vocabulary filled in.
     async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
+        let (mut loaded, later) = self.decode_request_untexted(row)?;
+        self.fill_texts(&mut loaded.trace, later).await?;
+        Ok(loaded)
+    }
+
+    /// Puts the vocabulary texts a request's token block refers to into its tokens.
+    pub async fn fill_texts(&self, trace: &mut RequestTrace, later: TextsLater) -> Result<()> {
+        if later.refs.is_empty() {
+            return Ok(());
+        }
+        let vocab = &self.caches.vocab;
+        let ids = later.refs.iter().map(|r| r.token_id);
+        vocab.load(&self.pool, later.model_id, ids).await?;
+        vocab.with(later.model_id, |v| {
+            token_block::fill_vocab(&mut trace.tokens, &later.refs, |id| v.text(id));
+        });
+        Ok(())
+    }
+
+    /// [`Self::decode_request`] without the vocabulary's texts (tokens that are a vocabulary
+    /// entry have their id and no text); what they would be is handed back.
+    pub(crate) fn decode_request_untexted(
+        &self,
+        row: StoredRequest,
+    ) -> Result<(Loaded, TextsLater)> {
         let detail = Detail::parse(row.detail)?;
-        let tokens = match &row.tokens {
-            None => Vec::new(),
-            Some(block) => {
-                let (mut tokens, refs) = token_block::decode(block, row.arrival_ns)?;
-                let vocab = &self.caches.vocab;
-                let ids = refs.iter().map(|r| r.token_id);
-                vocab.load(&self.pool, row.model_id, ids).await?;
-                vocab.with(row.model_id, |v| {
-                    token_block::fill_vocab(&mut tokens, &refs, |id| v.text(id));
-                });
-                tokens
-            }
+        let (tokens, refs) = match &row.tokens {
+            None => (Vec::new(), Vec::new()),
+            Some(block) => token_block::decode(block, row.arrival_ns)?,
+        };
+        let later = TextsLater {
+            model_id: row.model_id,
+            refs,
         };
         let mut trace = RequestTrace {
             request_id: row.request_id,
@@ -321,17 +349,20 @@ impl Store {
         };
         detail.apply(&mut trace);
         trace.served.prefix_cache = row.prefix_cache.map(|p| p.0);
-        Ok(Loaded {
-            trace,
-            instance_id: row.instance_id,
-            instance: row.instance_key,
-            engine: engine(&row.engine),
-            role: Role::parse(&row.role).unwrap_or_default(),
-            model: row.model,
-            parts: Vec::new(),
-            notes: Vec::new(),
-            clock_shift_ns: 0,
-        })
+        Ok((
+            Loaded {
+                trace,
+                instance_id: row.instance_id,
+                instance: row.instance_key,
+                engine: engine(&row.engine),
+                role: Role::parse(&row.role).unwrap_or_default(),
+                model: row.model,
+                parts: Vec::new(),
+                notes: Vec::new(),
+                clock_shift_ns: 0,
+            },
+            later,
+        ))
     }
 
     /// The instance's steps over the request's lifetime: the load of those that produced its

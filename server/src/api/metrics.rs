@@ -72,6 +72,11 @@ pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<im
             samples: vec![("".into(), lag.as_secs_f64())],
         },
         Gauge {
+            name: "tokenscope_findings_diagnosed_requests",
+            help: "Requests this server's findings worker has diagnosed since it started (again each time new data lands in a request's lifetime).",
+            samples: vec![("".into(), crate::query::findings::diagnosed_total() as f64)],
+        },
+        Gauge {
             name: "tokenscope_findings_queued_stretches",
             help: "Stretches of instances' time waiting to be diagnosed.",
             samples: vec![("".into(), queued as f64)],

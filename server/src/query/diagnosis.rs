@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use tokenscope_core::analysis::diagnosis::{
     Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, merge_pd, steps_of,
 };
-use tokenscope_core::model::{Nanos, RequestTrace};
+use tokenscope_core::model::{Iteration, Nanos, OtherRequest, RequestTrace};
 
 use super::findings::{excess, parse, worst};
 use crate::error::Result;
-use crate::store::{CLOCK_SLACK_NS, Loaded, RequestFilter, Store, Stored};
+use crate::store::{CLOCK_SLACK_NS, Loaded, RequestFilter, Store, Stored, TextsLater};
 
 /// Requests diagnosed together from one read of their surroundings (`GET /api/v1/diagnosis`).
 const PAGE: i64 = 256;
@@ -25,33 +25,79 @@ pub(super) async fn together(
     traces: &[&RequestTrace],
     th: &Thresholds,
 ) -> Result<Vec<Diagnosis>> {
-    let (Some(from), Some(to)) = (
-        traces.iter().map(|t| t.arrival_ns).min(),
-        traces.iter().map(|t| t.finished_ns).max(),
-    ) else {
+    let Some(around) = Surroundings::read(store, instance_id, traces).await? else {
         return Ok(Vec::new());
     };
-    // From a little before arrival: the step that admitted a request may start just before
-    // it (engine and gateway clocks differ).
-    let iterations = store
-        .iterations_between(instance_id, from - CLOCK_SLACK_NS, to)
-        .await?;
-    let others = store.overlapping_requests(instance_id, from, to).await?;
-    Ok(traces
-        .iter()
-        .map(|t| {
-            // Neighbours outside the request's lifetime are harmless: every rule looks only
-            // at prefill inside the request's own intervals.
-            diagnose(
-                t,
-                &Context {
-                    iterations: steps_of(&iterations, t),
-                    others: &others,
-                },
-                th,
-            )
-        })
-        .collect())
+    Ok(traces.iter().map(|t| around.diagnose(t, th)).collect())
+}
+
+/// [`together`] for a page read without the vocabulary's texts: every request is diagnosed as
+/// read, and those that are not healthy again with their texts, which only their findings
+/// quote (a text never decides a finding: equal ids have equal vocabulary texts). The page
+/// comes back with its diagnoses.
+pub(super) async fn together_untexted(
+    store: &Store,
+    instance_id: i32,
+    page: Vec<(Loaded, TextsLater)>,
+    th: &Thresholds,
+) -> Result<Vec<(Loaded, Diagnosis)>> {
+    let traces: Vec<&RequestTrace> = page.iter().map(|(l, _)| &l.trace).collect();
+    let Some(around) = Surroundings::read(store, instance_id, &traces).await? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(page.len());
+    for (mut l, later) in page {
+        let mut d = around.diagnose(&l.trace, th);
+        if d.verdict != Verdict::Healthy {
+            store.fill_texts(&mut l.trace, later).await?;
+            d = around.diagnose(&l.trace, th);
+        }
+        out.push((l, d));
+    }
+    Ok(out)
+}
+
+/// What a page of requests of one instance is diagnosed against: the steps and the neighbours
+/// over all their lifetimes.
+struct Surroundings {
+    iterations: Vec<Iteration>,
+    others: Vec<OtherRequest>,
+}
+
+impl Surroundings {
+    /// `None` for no requests.
+    async fn read(
+        store: &Store,
+        instance_id: i32,
+        traces: &[&RequestTrace],
+    ) -> Result<Option<Self>> {
+        let (Some(from), Some(to)) = (
+            traces.iter().map(|t| t.arrival_ns).min(),
+            traces.iter().map(|t| t.finished_ns).max(),
+        ) else {
+            return Ok(None);
+        };
+        // From a little before arrival: the step that admitted a request may start just before
+        // it (engine and gateway clocks differ).
+        let iterations = store
+            .iterations_between(instance_id, from - CLOCK_SLACK_NS, to)
+            .await?;
+        let others = store.overlapping_requests(instance_id, from, to).await?;
+        Ok(Some(Self { iterations, others }))
+    }
+
+    fn diagnose(&self, t: &RequestTrace, th: &Thresholds) -> Diagnosis {
+        // Neighbours outside the request's lifetime are harmless: every rule looks only at
+        // prefill inside the request's own intervals.
+        diagnose(
+            t,
+            &Context {
+                iterations: steps_of(&self.iterations, t),
+                others: &self.others,
+            },
+            th,
+        )
+    }
 }
 
 /// `GET /api/v1/requests/{id}/diagnosis`.
@@ -223,24 +269,22 @@ pub async fn unsettled(
         }
         let mut pages = store.alive(instance_id, lo, hi, PAGE);
         while let Some(page) = pages.next().await? {
-            let traces: Vec<&RequestTrace> = page
-                .iter()
-                .filter(|l| {
-                    f.model.as_deref().is_none_or(|m| l.model == m) && in_slice(f, &l.trace)
+            let page: Vec<(Loaded, TextsLater)> = page
+                .into_iter()
+                .filter(|(l, _)| {
+                    f.model.as_deref().is_none_or(|m| l.model == m)
+                        && in_slice(f, &l.trace)
+                        && l.trace.arrival_ns >= from
+                        && l.trace.arrival_ns < to
                 })
-                .map(|l| &l.trace)
-                .filter(|t| t.arrival_ns >= from && t.arrival_ns < to)
                 .collect();
-            seen += traces.len();
+            seen += page.len();
             if seen > budget {
                 return Ok(None);
             }
-            for (t, d) in traces
-                .iter()
-                .zip(together(store, instance_id, &traces, th).await?)
-            {
+            for (l, d) in together_untexted(store, instance_id, page, th).await? {
                 if d.verdict == Verdict::Degraded {
-                    out.push((worst(&d), excess(t, th), d));
+                    out.push((worst(&d), excess(&l.trace, th), d));
                 }
             }
         }

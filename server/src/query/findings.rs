@@ -9,6 +9,7 @@
 //! time accounted (`usage`) and their minutes' latencies counted (`cells`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -20,6 +21,15 @@ use tokenscope_core::model::{Nanos, RequestTrace};
 
 use crate::error::{Error, Result};
 use crate::store::{DiagnosisRow, Loaded, Store};
+
+/// Requests this process's worker has diagnosed (`/metrics`): against the requests stored, how
+/// often new data made it diagnose a request again.
+static DIAGNOSED: AtomicU64 = AtomicU64::new(0);
+
+/// See [`DIAGNOSED`].
+pub fn diagnosed_total() -> u64 {
+    DIAGNOSED.load(Ordering::Relaxed)
+}
 
 /// Requests diagnosed and written at a time.
 const PAGE: i64 = 256;
@@ -155,26 +165,22 @@ pub async fn diagnose_stretch(
     let th = Thresholds::default();
     let (mut pages, mut done) = (store.alive(instance_id, from, to, PAGE), 0);
     while let Some(page) = pages.next().await? {
-        let traces: Vec<&RequestTrace> = page.iter().map(|l| &l.trace).collect();
-        let diagnoses = super::diagnosis::together(store, instance_id, &traces, &th).await?;
-        let mut rows = Vec::new();
-        for (t, d) in traces.iter().zip(&diagnoses) {
-            rows.extend(row_of(t, d)?);
+        let (mut rows, mut keys) = (Vec::new(), Vec::with_capacity(page.len()));
+        for (l, d) in super::diagnosis::together_untexted(store, instance_id, page, &th).await? {
+            rows.extend(row_of(&l.trace, &d)?);
+            keys.push((l.trace.request_id, l.trace.arrival_ns));
         }
-        let keys: Vec<(String, Nanos)> = traces
-            .iter()
-            .map(|t| (t.request_id.clone(), t.arrival_ns))
-            .collect();
         store.put_diagnoses(instance_id, &keys, &rows).await?;
-        done += page.len();
+        DIAGNOSED.fetch_add(keys.len() as u64, Ordering::Relaxed);
+        done += keys.len();
     }
     Ok(done)
 }
 
 /// Diagnoses what has settled for `settle`; returns how many requests it diagnosed, `None` when
-/// nothing was due. Instances are settled side by side, one per core: the work is mostly this
-/// process's CPU (decoding tokens, the diagnosis), so one at a time left a core idle
-/// (docs/BENCHMARKS.md). An instance's own stretches go one after the other: two of them may
+/// nothing was due. Instances are settled side by side, two per core: the work is mostly this
+/// process's CPU (decoding tokens, the diagnosis) and its queries, so one at a time left a core
+/// idle (docs/BENCHMARKS.md). An instance's own stretches go one after the other: two of them may
 /// share requests and minutes, which would then be written twice at once.
 pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
     let due = store.due_for_diagnosis(settle, TAKE).await?;
@@ -185,7 +191,9 @@ pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
     for &(instance_id, from, to) in &due.ranges {
         by_instance.entry(instance_id).or_default().push((from, to));
     }
-    let width = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    // Two per core: an instance's task waits on Postgres part of the time (docs/BENCHMARKS.md,
+    // keeping up).
+    let width = std::thread::available_parallelism().map_or(2, |n| (2 * n.get()).min(8));
     let mut settled = futures_util::stream::iter(by_instance)
         .map(|(instance_id, stretches)| {
             let store = store.clone();

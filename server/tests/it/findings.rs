@@ -100,6 +100,21 @@ async fn stored_findings_are_the_diagnosis_computed_when_asked() {
     let (stored, stored_list) = every_diagnosis(&app).await;
     assert_eq!(stored, computed);
     assert_eq!(stored_list, computed_list);
+    // The worker reads requests without their vocabulary texts and puts them in only for those
+    // that are not healthy: the repetition loop's stored finding still quotes the looping span.
+    let looped: Vec<&str> = stored
+        .iter()
+        .filter(|d| d["request_id"] == "loop-victim")
+        .flat_map(|d| d["findings"].as_array().unwrap())
+        .filter(|f| f["cause"] == "speculation_high_acceptance")
+        .map(|f| f["summary"].as_str().unwrap())
+        .collect();
+    assert!(
+        looped
+            .iter()
+            .any(|s| s.contains("-token span (") && !s.contains("span ()")),
+        "{looped:?}"
+    );
 
     // Compare counts causes over the whole windows from the rows: here as the listing has them.
     let all = "a_from=0&a_to=4000000000000000000&b_from=0&b_to=4000000000000000000";
