@@ -21,6 +21,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "../tests/it/common/mod.rs"]
 #[allow(dead_code)] // the benches use only part of the test harness
 mod common;
+#[path = "support/settings.rs"]
+mod settings;
 #[path = "support/timed_reads.rs"]
 mod timed_reads;
 
@@ -37,18 +39,11 @@ const SECOND: Nanos = 1_000_000_000;
 /// Instances simulated and sent at once (the simulator is one thread per instance).
 const AT_ONCE: usize = 2;
 
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 #[tokio::main]
 async fn main() {
-    let requests: f64 = env("TOKENSCOPE_FLEET_REQUESTS", 10_000_000.0);
-    let instances: usize = env("TOKENSCOPE_FLEET_INSTANCES", 100);
-    let hours: f64 = env("TOKENSCOPE_FLEET_HOURS", 24.0);
+    let requests: f64 = settings::env_or("TOKENSCOPE_FLEET_REQUESTS", 10_000_000.0);
+    let instances: usize = settings::env_or("TOKENSCOPE_FLEET_INSTANCES", 100);
+    let hours: f64 = settings::env_or("TOKENSCOPE_FLEET_HOURS", 24.0);
     let end = START + (hours * 3600.0) as Nanos * SECOND;
     let database_url = match std::env::var("TOKENSCOPE_FLEET_DATABASE_URL") {
         Ok(url) => url,
@@ -344,5 +339,11 @@ async fn cases(base: &str, db: &mut PgConnection, end: Nanos) -> Vec<(String, St
 
 /// The query `TOKENSCOPE_FLEET_RUNS` times (20).
 async fn measure(client: &reqwest::Client, name: &str, url: &str) {
-    timed_reads::measure(client, name, url, env("TOKENSCOPE_FLEET_RUNS", 20)).await;
+    timed_reads::measure(
+        client,
+        name,
+        url,
+        settings::env_or("TOKENSCOPE_FLEET_RUNS", 20),
+    )
+    .await;
 }

@@ -19,6 +19,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "../tests/it/common/mod.rs"]
 #[allow(dead_code)] // the benches use only part of the test harness
 mod common;
+#[path = "support/settings.rs"]
+mod settings;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -38,13 +40,6 @@ const PER_INSTANCE: f64 = 6.0;
 /// Simulated before the measured seconds, so that every instance is busy from the first.
 const WARM_S: f64 = 20.0;
 
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// One instance's export batches, encoded, and the output tokens it made.
 struct Instance {
     batches: Vec<Encoded>,
@@ -58,7 +53,7 @@ async fn main() {
         .split(',')
         .filter_map(|r| r.trim().parse().ok())
         .collect();
-    let seconds: f64 = env("TOKENSCOPE_KEEPUP_SECONDS", 40.0);
+    let seconds: f64 = settings::env_or("TOKENSCOPE_KEEPUP_SECONDS", 40.0);
     let most = rates.iter().copied().fold(0.0, f64::max);
 
     let t = Instant::now();
