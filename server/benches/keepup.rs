@@ -10,7 +10,7 @@
 //!
 //! `scripts/bench keepup`, or `cargo bench -p tokenscope --bench keepup` with
 //! TOKENSCOPE_TEST_DATABASE_URL set. `TOKENSCOPE_KEEPUP_RATES` (output tokens/s, comma-separated;
-//! 150000,300000,600000), `TOKENSCOPE_KEEPUP_SECONDS` (40) of sending at each.
+//! 100000,200000,300000,400000), `TOKENSCOPE_KEEPUP_SECONDS` (40) of sending at each.
 
 /// The allocator the `tokenscope` binary runs with (`server/src/main.rs`).
 #[global_allocator]
@@ -49,7 +49,7 @@ struct Instance {
 #[tokio::main]
 async fn main() {
     let rates: Vec<f64> = std::env::var("TOKENSCOPE_KEEPUP_RATES")
-        .unwrap_or_else(|_| "150000,300000,600000".into())
+        .unwrap_or_else(|_| "100000,200000,300000,400000".into())
         .split(',')
         .filter_map(|r| r.trim().parse().ok())
         .collect();
