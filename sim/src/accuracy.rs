@@ -539,6 +539,46 @@ pub fn setup_names() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
+    /// Whether a request is healthy never depends on its neighbours: every rule finds something
+    /// only from the request's own tokens or its steps, and neighbours only name the culprits.
+    /// (The findings worker could then skip healthy requests when only neighbours arrive:
+    /// docs/BENCHMARKS.md, "keeping up".) Every request of the busy setups, each shape, against
+    /// the same request diagnosed with no neighbours at all.
+    #[test]
+    fn neighbours_never_decide_whether_a_request_is_healthy() {
+        let th = Thresholds::default();
+        let (mut healthy, mut not) = (0, 0);
+        for (k, s) in setups().iter().enumerate() {
+            let mut rng = Rng::new(k as u64 + 7);
+            let reqs = traffic(s, &format!("n{k}"), 1_796_022_000 * SECOND, 60.0, &mut rng);
+            let out = engine::run(&s.cfg, reqs, &mut rng, 1);
+            for shape in [Shape::Steps, Shape::Spans, Shape::AsyncSteps] {
+                let (traces, steps) = shaped(shape, &out.requests, &out.iterations);
+                for (r, d) in traces.iter().zip(diagnose_all(&traces, &steps, &th)) {
+                    let alone = diagnose(
+                        r,
+                        &Context {
+                            iterations: steps_of(&steps, r),
+                            others: &[],
+                        },
+                        &th,
+                    );
+                    assert_eq!(
+                        d.verdict, alone.verdict,
+                        "{shape:?} {}: {d:?} / alone {alone:?}",
+                        r.request_id
+                    );
+                    if d.verdict == Verdict::Healthy {
+                        healthy += 1;
+                    } else {
+                        not += 1;
+                    }
+                }
+            }
+        }
+        assert!(healthy > 1000 && not > 100, "{healthy} healthy, {not} not");
+    }
+
     /// Two seeds of the benchmark: no breach called healthy, no finding on a request that met
     /// its SLOs, every cause found, and the culprits exactly the engine's (spans, which only
     /// know each prompt's interval, within the tolerance).
