@@ -201,17 +201,10 @@ async fn load(app: &common::TestApp, requests: f64, instances: usize, hours: f64
 
 /// Waits until the server's findings worker has diagnosed everything queued; prints how long.
 async fn wait_for_findings(app: &common::TestApp) {
-    let t = Instant::now();
-    loop {
-        let (_, queued) = app.running.store.diagnosis_backlog().await.unwrap();
-        if queued == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let took = common::findings_settled(&app.running.store, Duration::MAX).await;
     println!(
         "  findings worker caught up {:.0} s after the last batch",
-        t.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
 }
 

@@ -114,25 +114,13 @@ fn simulate(k: usize, seconds: f64) -> Instance {
 
 /// The first instances that together make `rate`, sent in real time into a fresh server.
 async fn measure(instances: &[Instance], rate: f64, seconds: f64) {
-    let mut tokens = 0u64;
-    let used: Vec<&Instance> = instances
-        .iter()
-        .take_while(|i| {
-            let more = (tokens as f64) < rate * seconds;
-            tokens += i.tokens;
-            more
-        })
-        .collect();
-    let tokens: u64 = used.iter().map(|i| i.tokens).sum();
-    let mut batches: Vec<Encoded> = used
-        .iter()
-        .flat_map(|i| &i.batches)
-        .map(|b| Encoded {
-            at_ns: b.at_ns,
-            body: b.body.clone(),
-            tokens: b.tokens,
-        })
-        .collect();
+    let (mut n, mut tokens) = (0, 0u64);
+    while n < instances.len() && (tokens as f64) < rate * seconds {
+        tokens += instances[n].tokens;
+        n += 1;
+    }
+    let used = &instances[..n];
+    let mut batches: Vec<Encoded> = used.iter().flat_map(|i| i.batches.clone()).collect();
     batches.sort_by_key(|b| b.at_ns);
     // The simulated span sent: answers still running at the end finish after `seconds`.
     let span = match (batches.first(), batches.last()) {
@@ -161,15 +149,9 @@ async fn measure(instances: &[Instance], rate: f64, seconds: f64) {
         .await
         .unwrap();
     assert_eq!(sent.rejected, 0, "the server rejected batches");
-    let t = Instant::now();
-    loop {
-        let (_, queued) = app.running.store.diagnosis_backlog().await.unwrap();
-        if queued == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let caught_up = t.elapsed().as_secs_f64();
+    let caught_up = common::findings_settled(&app.running.store, Duration::MAX)
+        .await
+        .as_secs_f64();
     let busy = cpu.busy_since();
     let diagnosed = tokenscope::query::findings::diagnosed_total() - diagnosed;
     sampling.abort();

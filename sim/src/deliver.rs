@@ -238,6 +238,7 @@ fn tokens_in(b: &v1::ExportRequest) -> u64 {
 }
 
 /// A batch on the wire: when it is due (simulated time), its bytes and the tokens it carries.
+#[derive(Clone, Debug)]
 pub struct Encoded {
     pub at_ns: Nanos,
     pub body: Bytes,
@@ -257,8 +258,12 @@ impl From<Timed> for Encoded {
 /// Sends the batches to a tokenscope gRPC endpoint, paced so that simulated time runs `speed`×
 /// the wall clock (infinite: as fast as ingest takes them), printing progress to stderr.
 pub async fn send(url: &str, batches: Vec<Timed>, speed: f64, progress: bool) -> Result<Delivered> {
-    let batches = batches.into_iter().map(Encoded::from).collect();
-    send_encoded(url, batches, speed, IN_FLIGHT, progress).await
+    let (tx, rx) = mpsc::channel(batches.len().max(1));
+    for b in batches {
+        tx.try_send(b).expect("the channel holds every batch");
+    }
+    drop(tx);
+    send_stream(url, rx, speed, progress).await
 }
 
 /// [`send`] for batches encoded beforehand (a benchmark that paces the sender and must not
@@ -273,8 +278,7 @@ pub async fn send_encoded(
 ) -> Result<Delivered> {
     let (tx, rx) = mpsc::channel(batches.len().max(1));
     for b in batches {
-        tx.try_send(b)
-            .unwrap_or_else(|_| unreachable!("the channel holds every batch"));
+        tx.try_send(b).expect("the channel holds every batch");
     }
     drop(tx);
     deliver(url, rx, speed, in_flight, progress).await

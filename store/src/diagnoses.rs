@@ -243,9 +243,7 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter()
-            .map(|row| self.decode_request_untexted(row))
-            .collect()
+        rows.into_iter().map(super::read::decode_untexted).collect()
     }
 
     /// Replaces the stored diagnoses of `requests` (request id, arrival) of an instance with

@@ -297,7 +297,7 @@ impl Store {
     /// A stored row as the model: the detail applied, the token block decoded, texts from the
     /// model's vocabulary filled in.
     async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
-        let (mut loaded, later) = self.decode_request_untexted(row)?;
+        let (mut loaded, later) = decode_untexted(row)?;
         self.fill_texts(&mut loaded.trace, later).await?;
         Ok(loaded)
     }
@@ -314,55 +314,6 @@ impl Store {
             token_block::fill_vocab(&mut trace.tokens, &later.refs, |id| v.text(id));
         });
         Ok(())
-    }
-
-    /// [`Self::decode_request`] without the vocabulary's texts (tokens that are a vocabulary
-    /// entry have their id and no text); what they would be is handed back.
-    pub(crate) fn decode_request_untexted(
-        &self,
-        row: StoredRequest,
-    ) -> Result<(Loaded, TextsLater)> {
-        let detail = Detail::parse(row.detail)?;
-        let (tokens, refs) = match &row.tokens {
-            None => (Vec::new(), Vec::new()),
-            Some(block) => token_block::decode(block, row.arrival_ns)?,
-        };
-        let later = TextsLater {
-            model_id: row.model_id,
-            refs,
-        };
-        let mut trace = RequestTrace {
-            request_id: row.request_id,
-            trace_id: row.trace_id.as_deref().map(tokenscope_core::model::hex),
-            parent_span_id: row
-                .parent_span_id
-                .as_deref()
-                .map(tokenscope_core::model::hex),
-            arrival_ns: row.arrival_ns,
-            finished_ns: row.finished_ns,
-            finish_reason: FinishReason::parse(&row.finish_reason).unwrap_or_default(),
-            prompt_tokens: count(row.prompt_tokens),
-            output_tokens: count(row.output_tokens),
-            cached_tokens: count(row.cached_tokens),
-            tokens,
-            ..RequestTrace::default()
-        };
-        detail.apply(&mut trace);
-        trace.served.prefix_cache = row.prefix_cache.map(|p| p.0);
-        Ok((
-            Loaded {
-                trace,
-                instance_id: row.instance_id,
-                instance: row.instance_key,
-                engine: engine(&row.engine),
-                role: Role::parse(&row.role).unwrap_or_default(),
-                model: row.model,
-                parts: Vec::new(),
-                notes: Vec::new(),
-                clock_shift_ns: 0,
-            },
-            later,
-        ))
     }
 
     /// The instance's steps over the request's lifetime: the load of those that produced its
@@ -485,4 +436,51 @@ impl Store {
             })
             .collect())
     }
+}
+
+/// A stored row as the model, as `Store::decode_request` reads it but without the vocabulary's
+/// texts (tokens that are a vocabulary entry have their id and no text); what they would be is
+/// handed back.
+pub(crate) fn decode_untexted(row: StoredRequest) -> Result<(Loaded, TextsLater)> {
+    let detail = Detail::parse(row.detail)?;
+    let (tokens, refs) = match &row.tokens {
+        None => (Vec::new(), Vec::new()),
+        Some(block) => token_block::decode(block, row.arrival_ns)?,
+    };
+    let later = TextsLater {
+        model_id: row.model_id,
+        refs,
+    };
+    let mut trace = RequestTrace {
+        request_id: row.request_id,
+        trace_id: row.trace_id.as_deref().map(tokenscope_core::model::hex),
+        parent_span_id: row
+            .parent_span_id
+            .as_deref()
+            .map(tokenscope_core::model::hex),
+        arrival_ns: row.arrival_ns,
+        finished_ns: row.finished_ns,
+        finish_reason: FinishReason::parse(&row.finish_reason).unwrap_or_default(),
+        prompt_tokens: count(row.prompt_tokens),
+        output_tokens: count(row.output_tokens),
+        cached_tokens: count(row.cached_tokens),
+        tokens,
+        ..RequestTrace::default()
+    };
+    detail.apply(&mut trace);
+    trace.served.prefix_cache = row.prefix_cache.map(|p| p.0);
+    Ok((
+        Loaded {
+            trace,
+            instance_id: row.instance_id,
+            instance: row.instance_key,
+            engine: engine(&row.engine),
+            role: Role::parse(&row.role).unwrap_or_default(),
+            model: row.model,
+            parts: Vec::new(),
+            notes: Vec::new(),
+            clock_shift_ns: 0,
+        },
+        later,
+    ))
 }

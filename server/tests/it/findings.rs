@@ -16,18 +16,7 @@ const T_MIN: i64 = 0;
 
 /// Waits until the worker has diagnosed everything queued.
 async fn settled(store: &Store) {
-    let started = Instant::now();
-    loop {
-        let (_, waiting) = store.diagnosis_backlog().await.unwrap();
-        if waiting == 0 {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(180),
-            "{waiting} stretches still queued"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    findings_settled(store, Duration::from_secs(180)).await;
 }
 
 /// Every request's diagnosis through the API (four at a time), and the window's listing.

@@ -4,7 +4,7 @@
 //! data the worker has not counted yet is in the chart all the same.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common;
 
@@ -24,11 +24,7 @@ fn bin_ratio() -> f64 {
 }
 
 async fn settled(store: &Store) {
-    let started = Instant::now();
-    while store.diagnosis_backlog().await.unwrap().1 > 0 {
-        assert!(started.elapsed() < Duration::from_secs(180), "still queued");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    findings_settled(store, Duration::from_secs(180)).await;
 }
 
 /// What the engines did: each request's arrival, TTFT and TPOT (ns), on which instance and

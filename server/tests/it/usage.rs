@@ -4,7 +4,7 @@
 //! spans only is estimated (and says so), and the CSV is the chart's data.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common;
 
@@ -18,18 +18,7 @@ const HOUR: Nanos = 3_600_000_000_000;
 
 /// Waits until the worker has accounted everything queued.
 async fn settled(app: &TestApp) {
-    let started = Instant::now();
-    loop {
-        let (_, waiting) = app.running.store.diagnosis_backlog().await.unwrap();
-        if waiting == 0 {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "{waiting} queued"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    findings_settled(&app.running.store, Duration::from_secs(120)).await;
 }
 
 /// The length of the union of intervals.

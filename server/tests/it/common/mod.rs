@@ -92,6 +92,26 @@ pub fn on_server_stacks<F: std::future::Future>(test: F) -> F::Output {
         .block_on(test)
 }
 
+/// Waits until the findings worker has diagnosed everything queued; how long that took. Fails
+/// past `within`.
+pub async fn findings_settled(
+    store: &tokenscope::store::Store,
+    within: std::time::Duration,
+) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    loop {
+        let (_, waiting) = store.diagnosis_backlog().await.unwrap();
+        if waiting == 0 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{waiting} stretches still queued after {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Starts the real server (HTTP + gRPC on ephemeral loopback ports) on a fresh database.
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await
