@@ -10,10 +10,18 @@ short of the prompt's end, a step whose output was dropped).
 from __future__ import annotations
 
 import os
+import struct
 import time
 from dataclasses import dataclass, field
 from operator import attrgetter
 from urllib.parse import unquote
+
+from tokenscope_exporter import wire
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover: engines bring numpy; without it, lists
+    np = None
 
 # Steps kept for the token times of live requests: beyond it, a very long request's earliest
 # tokens go without times (a step holds its batch's request ids: about 10 KB at a batch of 256).
@@ -126,16 +134,36 @@ class RequestRecord:
             return
         # Handed-off tokens were made on the prefill instance: no step here (iteration 0, not
         # known), there when the KV cache arrived.
-        self.token_iterations = [0] * h + [s.iteration_id for s in making]
-        self.scheduled_ns = [self.handoff_ns] * h + [s.start_ns for s in making]
-        self.emitted_ns = [self.handoff_ns] * h + [s.end_ns for s in making]
+        if np is not None and making:
+            # Each step's id and times, packed when the window kept it, joined in one C call:
+            # three Python passes over the steps were most of a finished request's encoding.
+            rows = np.frombuffer(b"".join(map(_TIMES_OF, making)), _TIMES_DTYPE)
+            head = [(0, self.handoff_ns, self.handoff_ns)] * h
+            if head:
+                rows = np.concatenate((np.array(head, _TIMES_DTYPE), rows))
+            self.token_iterations, self.scheduled_ns, self.emitted_ns = rows["id"], rows["start"], rows["end"]
+        else:
+            self.token_iterations = [0] * h + [s.iteration_id for s in making]
+            self.scheduled_ns = [self.handoff_ns] * h + [s.start_ns for s in making]
+            self.emitted_ns = [self.handoff_ns] * h + [s.end_ns for s in making]
         if h:
             self.first_token_ns = self.handoff_ns
         elif making:
             self.first_token_ns = making[0].end_ns
 
 
+def stopped_by_last(n: int) -> wire.Packed:
+    """The special-token column of `n` tokens whose last one stopped the request (EOS or a stop
+    token), packed as it goes on the wire."""
+    return wire.Packed(bytes(n - 1) + bytes((wire.SPECIAL_EOS,)), "B")
+
+
 _MADE = attrgetter("made")
+# A kept step's iteration id, start and end, packed (`StepWindow.keep`): a finished request's
+# token columns are its steps' rows joined.
+_TIMES = struct.Struct("<Qqq")
+_TIMES_OF = attrgetter("times")
+_TIMES_DTYPE = [("id", "<u8"), ("start", "<i8"), ("end", "<i8")]
 
 
 def _speculative(steps: list) -> bool:
@@ -147,10 +175,21 @@ def _speculative(steps: list) -> bool:
         return any(getattr(s, "made", None) for s in steps)
 
 
+class _Gap:
+    """Where a step's events were dropped: a step that ran nothing."""
+
+    ran = made_by = frozenset()
+
+
+_GAP = _Gap()
+
+
 class StepWindow:
-    """Ended steps in iteration order, `steps[i]` being iteration `base + i` (None where a step's
-    events were dropped). A step has `iteration_id`, `start_ns`, `end_ns`, `ran` (the request ids
-    that ran in it: anything `in` works on) and `silent` (those that made no token in it)."""
+    """Ended steps in iteration order, `steps[i]` being iteration `base + i` (`_GAP` where a
+    step's events were dropped). A step has `iteration_id`, `start_ns`, `end_ns`, `ran` (the
+    request ids that ran in it: anything `in` works on) and `silent` (those that made no token in
+    it); when it is kept here it gets `made_by` (the ids it made a token for) and `times` (its id
+    and times packed, `_TIMES`)."""
 
     def __init__(self, cap: int = STEP_WINDOW) -> None:
         self.steps: list = []
@@ -166,7 +205,9 @@ class StepWindow:
         gap = step.iteration_id - (self.base + len(w))
         if gap < 0:
             return  # out of order: older than the window
-        w.extend([None] * gap)
+        w.extend([_GAP] * gap)
+        step.made_by = step.ran if not step.silent else frozenset(step.ran).difference(step.silent)
+        step.times = _TIMES.pack(step.iteration_id, step.start_ns, step.end_ns)
         w.append(step)
         if len(w) > self.cap or len(w) % 1024 == 0:
             oldest = min((r.first_iteration for r in records.values() if r.first_iteration), default=step.iteration_id + 1)
@@ -175,16 +216,16 @@ class StepWindow:
             self.base += drop
 
     def making(self, r: RequestRecord) -> list:
-        """The ended steps that made a token for the request, oldest first: those from its first
-        that ran it, less those that made it nothing (one comprehension: it runs for every
-        finished request over all of its steps)."""
+        """The ended steps that made a token for the request, oldest first, from its first (one
+        comprehension with one test a step: it runs for every finished request over all of its
+        steps)."""
         rid = r.request_id
         start = max(0, r.first_iteration - self.base) if r.first_iteration else 0
-        return [s for s in self.steps[start:] if s is not None and rid in s.ran and rid not in s.silent]
+        return [s for s in self.steps[start:] if rid in s.made_by]
 
     def last(self, r: RequestRecord):
         rid = r.request_id
         for step in reversed(self.steps):
-            if step is not None and rid in step.ran:
+            if rid in step.ran:
                 return step
         return None

@@ -9,6 +9,7 @@ tokenscope server decodes what this writes).
 from __future__ import annotations
 
 import struct
+from itertools import starmap
 
 UNKNOWN_TOKEN = 0xFFFFFFFF
 
@@ -17,6 +18,7 @@ ENGINE_VLLM, ENGINE_SGLANG = 1, 2
 ROLE_COLOCATED, ROLE_PREFILL, ROLE_DECODE = 1, 2, 3
 FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR = 1, 2, 3, 4
 PHASE_PREFILL, PHASE_DECODE = 1, 2
+SPECIAL_EOS = 1
 
 
 def varint(n: int) -> bytes:
@@ -60,8 +62,10 @@ def f32(field: int, x: float) -> bytes:
 
 
 def packed_varints(field: int, values) -> bytes:
-    if not values:
+    if len(values) == 0:
         return b""
+    if isinstance(values, Packed):  # values under 128: one byte each, packed as they are
+        return length_delimited(field, values.data)
     if len(values) >= 16 and np is not None:
         return length_delimited(field, _varints_np(values))
     return length_delimited(field, b"".join(varint(v) for v in values))
@@ -109,13 +113,59 @@ def _varints_np(values) -> bytes:
 
 
 def packed_f32(field: int, values) -> bytes:
-    if not values:
+    return packed_fixed(field, values, "f")
+
+
+# Fixed-width columns: struct's codes and numpy's dtypes, little-endian as protobuf writes them.
+_DTYPES = {"I": "<u4", "Q": "<u8", "q": "<i8", "f": "<f4"}
+
+
+class Packed:
+    """A column already packed as the wire holds it: fixed-width values (`code` as for
+    `packed_fixed`), or `B` for varints under 128 (a byte each). A recorder that reads an
+    engine's rows of candidates packs them in one pass over the rows (`packed_rows`)."""
+
+    __slots__ = ("data", "code", "count")
+
+    def __init__(self, data: bytes, code: str) -> None:
+        self.data, self.code = data, code
+        self.count = len(data) // struct.calcsize(code)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        return iter(struct.unpack(f"<{self.count}{self.code}", self.data))
+
+
+def packed_rows(rows, width: int, code: str) -> Packed | None:
+    """Rows of `width` values each, packed fixed-width (`code` as for `packed_fixed`) with one
+    `struct` call per row, which also checks the row's width; None when a row has another width
+    or a value that does not fit."""
+    row = struct.Struct(f"<{width}{code}")
+    try:
+        return Packed(b"".join(starmap(row.pack, rows)), code)
+    except (struct.error, OverflowError, TypeError):
+        return None
+
+
+def packed_fixed(field: int, values, code: str) -> bytes:
+    """A packed fixed-width column (`code`: `I` fixed32, `Q` fixed64, `q` sfixed64, `f` float)
+    from a list or a numpy array. The long token columns go this way (`TokenColumns`' `_fixed`
+    fields): a column is one C call, where varints cost a pass per byte of each value."""
+    if len(values) == 0:
         return b""
-    if len(values) >= 16 and np is not None:
-        # One call for the column (a request's logprobs and its candidates'); a value beyond
-        # float32's range becomes ±inf here, where struct.pack would raise.
-        return length_delimited(field, np.asarray(values, dtype="<f4").tobytes())
-    return length_delimited(field, struct.pack(f"<{len(values)}f", *values))
+    if isinstance(values, Packed):
+        return length_delimited(field, values.data)
+    if np is not None and isinstance(values, np.ndarray):
+        return length_delimited(field, values.astype(_DTYPES[code], copy=False).tobytes())
+    try:
+        return length_delimited(field, struct.pack(f"<{len(values)}{code}", *values))
+    except (struct.error, OverflowError):
+        if np is None:
+            raise
+        # A float beyond float32's range (±inf in numpy, an error in struct).
+        return length_delimited(field, np.asarray(values, dtype=_DTYPES[code]).tobytes())
 
 
 def resource(engine: int, engine_version: str, model: str, instance_id: str, role: int, host: str) -> bytes:
@@ -293,22 +343,23 @@ def _sampling(s) -> bytes:
 
 
 def _tokens(r) -> bytes:
+    # Columns may be lists or numpy arrays: their length says whether they were recorded.
     out = [
-        packed_varints(1, r.token_ids),
-        packed_varints(2, r.emitted_ns),
-        packed_varints(3, r.token_iterations),
-        packed_varints(12, r.scheduled_ns),
+        packed_fixed(15, r.token_ids, "I"),
+        packed_fixed(16, r.emitted_ns, "q"),
+        packed_fixed(17, r.token_iterations, "Q"),
+        packed_fixed(18, r.scheduled_ns, "q"),
     ]
-    if r.logprobs:
+    if len(r.logprobs):
         out.append(packed_f32(4, r.logprobs))
         out.append(packed_varints(5, r.ranks))
     # Strings are not packed: one field per token, empty ones included (partial UTF-8).
     out.extend(length_delimited(6, t.encode()) for t in r.texts)
-    if r.special:
+    if len(r.special):
         out.append(packed_varints(7, r.special))
-    if r.candidate_counts:
+    if len(r.candidate_counts):
         out.append(packed_varints(8, r.candidate_counts))
-        out.append(packed_varints(9, r.candidate_ids))
+        out.append(packed_fixed(19, r.candidate_ids, "I"))
         out.append(packed_f32(10, r.candidate_logprobs))
         out.extend(length_delimited(11, t.encode()) for t in r.candidate_texts)
     return b"".join(out)

@@ -72,3 +72,55 @@ def test_speculative_entries_are_cached_per_export_and_renumbered_after_a_send()
     # The next export numbers from one: the cached entry, numbered against the old list, is gone.
     assert list(wire.read_batch(refs.speculative_entry("s", 4, 3, 2))) == [(1, wire.PHASE_DECODE, 4, 0, 3, 2)]
     assert refs.ids == ["s"]
+
+
+def test_fixed_width_columns_from_lists_arrays_and_rows_are_the_same_bytes():
+    import struct
+
+    import numpy as np
+
+    times = [1_796_022_000_000_000_000 + 7 * i for i in range(40)]
+    expected = wire.length_delimited(16, struct.pack("<40q", *times))
+    assert wire.packed_fixed(16, times, "q") == expected
+    assert wire.packed_fixed(16, np.array(times, dtype=np.int64), "q") == expected
+    # A view with a stride (a field of the step window's packed rows) is written contiguously.
+    rows = np.array([(1, t, t + 1) for t in times], [("id", "<u8"), ("start", "<i8"), ("end", "<i8")])
+    assert wire.packed_fixed(16, rows["start"], "q") == expected
+    assert wire.packed_fixed(16, [], "q") == b""
+    # A logprob beyond float32's range is -inf, not an error.
+    assert wire.packed_fixed(4, [-1e39, -0.5], "f") == wire.length_delimited(4, struct.pack("<2f", float("-inf"), -0.5))
+
+
+def test_rows_packed_at_once_equal_the_flattened_rows():
+    ids = [[1000 + i, 5, 2**32 - 1] for i in range(50)]
+    packed = wire.packed_rows(ids, 3, "I")
+    flat = [v for row in ids for v in row]
+    assert len(packed) == 150 and list(packed) == flat
+    assert wire.packed_fixed(19, packed, "I") == wire.packed_fixed(19, flat, "I")
+    assert wire.packed_rows(ids + [[1, 2]], 3, "I") is None, "a row of another width"
+    assert wire.packed_rows([[2**32, 0, 0]], 3, "I") is None, "a value that does not fit"
+    # Varints under 128 are their own bytes.
+    counts = wire.Packed(bytes((3,)) * 50, "B")
+    assert wire.packed_varints(8, counts) == wire.packed_varints(8, [3] * 50)
+
+
+def test_sglang_candidates_of_one_width_are_packed_and_of_several_listed():
+    from types import SimpleNamespace as NS
+
+    from tokenscope_sglang.recorder import Recorder
+
+    def req(widths):
+        lp = NS(
+            output_token_logprobs_val=[-0.5] * len(widths),
+            output_top_logprobs_val=[[-0.1] * w for w in widths],
+            output_top_logprobs_idx=[list(range(7, 7 + w)) for w in widths],
+        )
+        return NS(return_logprob=True, logprob=lp)
+
+    for widths in ([3, 3, 3], [3, 2, 3]):
+        r = NS(logprobs=[], ranks=[], candidate_counts=[], candidate_ids=[], candidate_logprobs=[])
+        Recorder._logprobs(r, req(widths), len(widths))
+        assert list(r.candidate_counts) == widths
+        assert list(r.candidate_ids) == [7 + j for w in widths for j in range(w)]
+        assert len(r.candidate_logprobs) == sum(widths) and list(r.ranks) == [0, 0, 0]
+        assert isinstance(r.candidate_ids, wire.Packed) == (widths == [3, 3, 3]), widths

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress
+from operator import attrgetter
 
 from tokenscope_exporter import Texts, wire
 from tokenscope_exporter.refs import RequestRefs
-from tokenscope_exporter.record import RequestRecord, StepWindow
+from tokenscope_exporter.record import RequestRecord, StepWindow, stopped_by_last
 
 # Every so many steps, requests that finished without running a step (aborted while waiting)
 # are looked for among the live ones.
@@ -33,6 +34,7 @@ _FINISH = {
     "FINISH_LENGTH": wire.FINISH_LENGTH,
     "FINISH_ABORT": wire.FINISH_ABORT,
 }
+_FINISHED = attrgetter("finished_reason")
 # SGLang's "whole vocabulary" top-k (sampling/sampling_params.py TOP_K_ALL), and its -1.
 _TOP_K_ALL = 1 << 30
 
@@ -88,6 +90,10 @@ class Step:
     end_ns: int = 0
     # Tokens made per request when more than one (speculative decoding): not captured here yet.
     made: dict | None = None
+    # Set when the step window keeps it (`record.StepWindow`): its id and times packed, and the
+    # request ids it made a token for.
+    times: bytes = b""
+    made_by: object = None
 
 
 class Recorder:
@@ -200,12 +206,13 @@ class Recorder:
         self.iterations_out.append(
             wire.iteration(step.iteration_id, step.start_ns, end_ns, batch, step.running, step.waiting, step.kv_cache_usage)
         )
+        # The requests that finished by now: picked in C (a finish reason is an object, so true;
+        # a step's batch has hundreds of requests, and few finish in any one step).
         records = self.records
-        for req in step.reqs:
-            if req.finished_reason is not None:
-                r = records.get(req.rid)
-                if r is not None:
-                    self._maybe_finish(r, end_ns)
+        for req in compress(step.reqs, map(_FINISHED, step.reqs)):
+            r = records.get(req.rid)
+            if r is not None:
+                self._maybe_finish(r, end_ns)
         step.reqs = ()  # the window keeps ids, not SGLang's requests
         self.processed_steps += 1
         if self.processed_steps % SWEEP_EVERY == 0:
@@ -299,7 +306,7 @@ class Recorder:
         r.finish_reason = reason_code or _FINISH.get(type(reason).__name__, wire.FINISH_STOP)
         self._logprobs(r, req, n)
         if n and type(reason).__name__ == "FINISH_MATCHED_TOKEN":
-            r.special = [0] * (n - 1) + [1]  # stopped by EOS or a stop token: the last one
+            r.special = stopped_by_last(n)  # stopped by EOS or a stop token: the last one
         r.prefix = self._prefix(r, req)
         r.kv_transfer = self._kv_transfer(req)
         r.close(making, at_ns, self.texts)
@@ -330,20 +337,31 @@ class Recorder:
     @staticmethod
     def _logprobs(r: Record, req, n: int) -> None:
         """SGLang keeps, when a request asked for them, each output token's logprob and its
-        top-k (ids and logprobs); the rank is left for tokenscope to derive from the top-k."""
+        top-k (ids and logprobs, a list per token); the rank is left for tokenscope to derive
+        from the top-k. The rows are packed as they are read, one pass over each kind: at a
+        batch of 256 with top-5 this ran on every token, and each pass over a request's rows
+        cost about as much as the rest of its encoding."""
         if not getattr(req, "return_logprob", False):
             return
         lp = getattr(req, "logprob", None)
         vals = getattr(lp, "output_token_logprobs_val", None)
         if not vals or len(vals) != n:
             return  # logprobs for some tokens only: a column must cover all or none
-        r.logprobs = list(vals)
-        r.ranks = [0] * n
+        r.logprobs = vals  # SGLang's own list: the request is done, and it is encoded right away
+        r.ranks = wire.Packed(bytes(n), "B")  # 0 each: not known
         top_vals = getattr(lp, "output_top_logprobs_val", None) or []
         top_ids = getattr(lp, "output_top_logprobs_idx", None) or []
-        if len(top_vals) == n and len(top_ids) == n:
-            counts = list(map(len, top_ids))
-            if counts == list(map(len, top_vals)):
-                r.candidate_counts = counts
-                r.candidate_ids = list(chain.from_iterable(top_ids))
-                r.candidate_logprobs = list(chain.from_iterable(top_vals))
+        if len(top_vals) != n or len(top_ids) != n:
+            return
+        k = len(top_ids[0])
+        ids, lps = wire.packed_rows(top_ids, k, "I"), wire.packed_rows(top_vals, k, "f")
+        if k and ids is not None and lps is not None and len(ids) == len(lps) == n * k:
+            r.candidate_counts = wire.Packed(bytes((k,)) * n, "B") if k < 128 else [k] * n
+            r.candidate_ids, r.candidate_logprobs = ids, lps
+            return
+        # Rows of different widths (or a value struct will not pack): row by row.
+        counts = list(map(len, top_ids))
+        if counts == list(map(len, top_vals)):
+            r.candidate_counts = counts
+            r.candidate_ids = list(chain.from_iterable(top_ids))
+            r.candidate_logprobs = list(chain.from_iterable(top_vals))

@@ -25,7 +25,7 @@ import numpy as np
 
 from tokenscope_exporter import Texts, wire
 from tokenscope_exporter.refs import RequestRefs
-from tokenscope_exporter.record import RequestRecord, StepWindow, fold_hashes, tenant_of
+from tokenscope_exporter.record import RequestRecord, StepWindow, fold_hashes, stopped_by_last, tenant_of
 
 # vLLM's FinishReason (vllm/v1/engine/__init__.py): STOP, LENGTH, ABORT, ERROR, REPETITION.
 _FINISH = {0: wire.FINISH_STOP, 1: wire.FINISH_LENGTH, 2: wire.FINISH_ABORT, 3: wire.FINISH_ERROR, 4: wire.FINISH_STOP}
@@ -80,6 +80,10 @@ class Step:
     # Speculative decoding: the tokens the step made for each request that verified drafts
     # (accepted + 1); every other request in it made one.
     made: dict | None = None
+    # Set when the step window keeps it (`record.StepWindow`): its id and times packed, and the
+    # request ids it made a token for.
+    times: bytes = b""
+    made_by: object = None
 
 
 def per_request_logprobs(lp) -> bool:
@@ -463,7 +467,7 @@ class Recorder:
             # Logprobs for some tokens only: a column must cover all or none.
             r.logprobs = r.ranks = r.candidate_counts = r.candidate_ids = r.candidate_logprobs = []
         if r.token_ids and r.token_ids[-1] in r.stop_token_ids:
-            r.special = [0] * (n - 1) + [1]
+            r.special = stopped_by_last(n)
         r.prefix = self._prefix(r, req)
         if r.preempted_ns:  # preempted and never resumed
             r.preemptions.append((r.preempted_ns, 0, True, *r.preempted_for))

@@ -265,21 +265,55 @@ fn column<T>(name: &str, col: Vec<T>, n: usize) -> Result<Option<Vec<T>>, FieldE
     }
 }
 
+/// A column that may come as varints or at a fixed width (`name` and `name_fixed`): one of them.
+fn one_of<T>(name: &str, varints: Vec<T>, fixed: Vec<T>) -> Result<Vec<T>, FieldError> {
+    match (varints.is_empty(), fixed.is_empty()) {
+        (_, true) => Ok(varints),
+        (true, false) => Ok(fixed),
+        (false, false) => Err(FieldError::new(
+            format!("tokens.{name}"),
+            format!(
+                "sent twice, as {name} ({} elements) and as {name}_fixed ({}); send one of them",
+                varints.len(),
+                fixed.len()
+            ),
+        )),
+    }
+}
+
 fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
-    let n = c.token_id.len();
-    let emitted = column("emitted_ns", c.emitted_ns, n)?;
-    let iteration = column("iteration_id", c.iteration_id, n)?;
+    let token_id = one_of("token_id", c.token_id, c.token_id_fixed)?;
+    let n = token_id.len();
+    let emitted = column(
+        "emitted_ns",
+        one_of("emitted_ns", c.emitted_ns, c.emitted_ns_fixed)?,
+        n,
+    )?;
+    let iteration = column(
+        "iteration_id",
+        one_of("iteration_id", c.iteration_id, c.iteration_id_fixed)?,
+        n,
+    )?;
     let logprob = column("logprob", c.logprob, n)?;
     let rank = column("rank", c.rank, n)?;
     let text = column("text", c.text, n)?;
     let special = column("special", c.special, n)?;
-    let scheduled = column("scheduled_ns", c.scheduled_ns, n)?;
+    let scheduled = column(
+        "scheduled_ns",
+        one_of("scheduled_ns", c.scheduled_ns, c.scheduled_ns_fixed)?,
+        n,
+    )?;
+    let candidate_token_id = one_of(
+        "candidate_token_id",
+        c.candidate_token_id,
+        c.candidate_token_id_fixed,
+    )?;
     let batch_size = column("batch_size", c.batch_size, n)?;
     let waiting = column("waiting", c.waiting, n)?;
     let counts = column("candidate_count", c.candidate_count, n)?;
     let total: u64 = counts.iter().flatten().map(|&k| u64::from(k)).sum();
     for (name, len) in [
-        ("candidate_token_id", c.candidate_token_id.len()),
+        ("candidate_token_id", candidate_token_id.len()),
         ("candidate_logprob", c.candidate_logprob.len()),
     ] {
         if len as u64 != total {
@@ -302,7 +336,7 @@ fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
         }
     };
 
-    let mut cand_ids = c.candidate_token_id.into_iter();
+    let mut cand_ids = candidate_token_id.into_iter();
     let mut cand_lps = c.candidate_logprob.into_iter();
     let mut cand_texts = cand_text.map(|t| t.into_iter());
     let mut texts = text.map(|t| t.into_iter());
@@ -327,7 +361,7 @@ fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
             })
             .collect();
         out.push(Token {
-            token_id: known(c.token_id[i]),
+            token_id: known(token_id[i]),
             emitted_ns: emitted.as_ref().map(|e| e[i]),
             scheduled_ns: scheduled.as_ref().map(|e| e[i]),
             batch_size: batch_size.as_ref().map(|b| b[i]),

@@ -143,6 +143,13 @@ async fn invalid_values_are_named() {
             }),
         ),
         (
+            "tokens.iteration_id",
+            Box::new(|r| {
+                let t = r.tokens.as_mut().unwrap();
+                t.iteration_id_fixed = t.iteration_id.clone();
+            }),
+        ),
+        (
             "prefix_cache",
             Box::new(|r| {
                 r.prefix_cache = Some(tokenscope_proto::v1::PrefixCache {
@@ -162,6 +169,39 @@ async fn invalid_values_are_named() {
         assert_eq!(reply.rejections[0].field, field);
         assert!(!reply.rejections[0].message.is_empty());
     }
+}
+
+/// The engines' Python exporters write the long token columns at a fixed width (numpy's
+/// `tobytes`): the request stored is the one sent as varints.
+#[tokio::test]
+async fn fixed_width_columns_are_the_same_columns() {
+    let app = spawn_app().await;
+    let r = fixtures::request("varints", T0, 12, 3, 1, 7);
+    let mut fixed = r.clone();
+    fixed.request_id = "fixed".into();
+    let mut batch = export(&fixtures::resource("gpu-0"), &[r, fixed], &[]);
+    let t = batch.resource_traces[0].requests[1]
+        .tokens
+        .as_mut()
+        .unwrap();
+    assert!(
+        !t.scheduled_ns.is_empty() && !t.candidate_token_id.is_empty(),
+        "the fixture has every column"
+    );
+    t.token_id_fixed = std::mem::take(&mut t.token_id);
+    t.emitted_ns_fixed = std::mem::take(&mut t.emitted_ns);
+    t.iteration_id_fixed = std::mem::take(&mut t.iteration_id);
+    t.scheduled_ns_fixed = std::mem::take(&mut t.scheduled_ns);
+    t.candidate_token_id_fixed = std::mem::take(&mut t.candidate_token_id);
+    let reply = app.grpc().await.export(batch).await.unwrap().into_inner();
+    assert_eq!(reply.accepted_requests, 2, "{:?}", reply.rejections);
+    let tokens = |id: &'static str| {
+        let app = &app;
+        async move { app.get_json(&format!("/api/v1/requests/{id}")).await["tokens"].clone() }
+    };
+    let (varints, fixed) = (tokens("varints").await, tokens("fixed").await);
+    assert_eq!(varints.as_array().map(Vec::len), Some(12));
+    assert_eq!(varints, fixed);
 }
 
 #[tokio::test]
