@@ -281,28 +281,26 @@ fn one_of<T>(name: &str, varints: Vec<T>, fixed: Vec<T>) -> Result<Vec<T>, Field
     }
 }
 
+/// [`column`] of a column that may come either way ([`one_of`]).
+fn either_column<T>(
+    name: &str,
+    varints: Vec<T>,
+    fixed: Vec<T>,
+    n: usize,
+) -> Result<Option<Vec<T>>, FieldError> {
+    column(name, one_of(name, varints, fixed)?, n)
+}
+
 fn tokens(c: v1::TokenColumns) -> Result<Vec<Token>, FieldError> {
     let token_id = one_of("token_id", c.token_id, c.token_id_fixed)?;
     let n = token_id.len();
-    let emitted = column(
-        "emitted_ns",
-        one_of("emitted_ns", c.emitted_ns, c.emitted_ns_fixed)?,
-        n,
-    )?;
-    let iteration = column(
-        "iteration_id",
-        one_of("iteration_id", c.iteration_id, c.iteration_id_fixed)?,
-        n,
-    )?;
+    let emitted = either_column("emitted_ns", c.emitted_ns, c.emitted_ns_fixed, n)?;
+    let iteration = either_column("iteration_id", c.iteration_id, c.iteration_id_fixed, n)?;
     let logprob = column("logprob", c.logprob, n)?;
     let rank = column("rank", c.rank, n)?;
     let text = column("text", c.text, n)?;
     let special = column("special", c.special, n)?;
-    let scheduled = column(
-        "scheduled_ns",
-        one_of("scheduled_ns", c.scheduled_ns, c.scheduled_ns_fixed)?,
-        n,
-    )?;
+    let scheduled = either_column("scheduled_ns", c.scheduled_ns, c.scheduled_ns_fixed, n)?;
     let candidate_token_id = one_of(
         "candidate_token_id",
         c.candidate_token_id,
