@@ -18,10 +18,7 @@ from urllib.parse import unquote
 
 from tokenscope_exporter import wire
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover: engines bring numpy; without it, lists
-    np = None
+np = wire.np  # numpy when the engine brings it (it does), as the wire has it; else lists
 
 # Steps kept for the token times of live requests: beyond it, a very long request's earliest
 # tokens go without times (a step holds its batch's request ids: about 10 KB at a batch of 256).

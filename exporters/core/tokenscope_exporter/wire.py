@@ -343,7 +343,7 @@ def _sampling(s) -> bytes:
 
 
 def _tokens(r) -> bytes:
-    # Columns may be lists or numpy arrays: their length says whether they were recorded.
+    # Columns may be lists, numpy arrays or `Packed`: their length says whether they were recorded.
     out = [
         packed_fixed(15, r.token_ids, "I"),
         packed_fixed(16, r.emitted_ns, "q"),

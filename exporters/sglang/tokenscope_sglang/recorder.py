@@ -355,7 +355,7 @@ class Recorder:
             return
         k = len(top_ids[0])
         ids, lps = wire.packed_rows(top_ids, k, "I"), wire.packed_rows(top_vals, k, "f")
-        if k and ids is not None and lps is not None and len(ids) == len(lps) == n * k:
+        if k and ids is not None and lps is not None:  # every row k wide: packing checked it
             r.candidate_counts = wire.Packed(bytes((k,)) * n, "B") if k < 128 else [k] * n
             r.candidate_ids, r.candidate_logprobs = ids, lps
             return
