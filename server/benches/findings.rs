@@ -90,8 +90,8 @@ async fn main() {
 
     // The worker's code, on one task as the server runs it.
     let t = Instant::now();
-    let mut diagnosed = 0;
-    while let Some(n) = tokenscope::query::findings::drain(&running.store, Duration::ZERO)
+    let (mut diagnosed, folds) = (0, Default::default());
+    while let Some(n) = tokenscope::query::findings::drain(&running.store, &folds, Duration::ZERO)
         .await
         .unwrap()
     {
@@ -115,7 +115,7 @@ async fn main() {
         .unwrap();
     let t = Instant::now();
     for id in &ids {
-        tokenscope::query::usage::account(&running.store, *id, start, end)
+        tokenscope::query::usage::account(&running.store, &Default::default(), *id, start, end)
             .await
             .unwrap();
     }

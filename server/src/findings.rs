@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::query::usage::Folds;
 use crate::store::Store;
 
 /// How often a server that is not the diagnosing one asks for the lock again.
@@ -19,8 +20,9 @@ pub async fn run(store: Store, settle: Duration) {
         tokio::time::sleep(STANDBY).await;
     };
     let idle = (settle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let folds = Folds::default();
     loop {
-        match crate::query::findings::drain(&store, settle).await {
+        match crate::query::findings::drain(&store, &folds, settle).await {
             Ok(None) => tokio::time::sleep(idle).await,
             Ok(Some(n)) => tracing::debug!(requests = n, "findings stored"),
             Err(e) => {

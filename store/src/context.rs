@@ -1,8 +1,11 @@
 //! Reads what a diagnosis looks at around a request: its instance's iterations with their
 //! batches, and the other requests whose lifetime overlaps it.
 
+use std::ops::Range;
+
 use tokenscope_core::model::{Iteration, Nanos, OtherRequest};
 
+use super::steps::{BlockKey, StoredStep};
 use super::{REQUEST_LOOKBACK_NS, Store, batch_block, read::count, write::Detail};
 use crate::error::Result;
 
@@ -17,6 +20,22 @@ impl Store {
         let rows = self
             .steps_in(&[instance_id], from..to.saturating_add(1))
             .await?;
+        self.iterations_of(rows).await
+    }
+
+    /// The steps of these blocks of an instance (`step_block_keys`) that start in `range`, with
+    /// their batches, by start time.
+    pub async fn iterations_in_blocks(
+        &self,
+        instance_id: i32,
+        keys: &[BlockKey],
+        range: Range<Nanos>,
+    ) -> Result<Vec<Iteration>> {
+        let rows = self.steps_of(instance_id, keys, range).await?;
+        self.iterations_of(rows).await
+    }
+
+    async fn iterations_of(&self, rows: Vec<StoredStep>) -> Result<Vec<Iteration>> {
         let batches = rows
             .iter()
             .map(|r| batch_block::decode(&r.batch))

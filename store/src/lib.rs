@@ -51,7 +51,7 @@ pub use read::{
     split_list,
 };
 pub use slow_set::{Buckets, Slow, TallyRow};
-pub use steps::StoredStep;
+pub use steps::{BlockKey, StoredStep};
 pub use usage::{UsageBy, UsageRequest, UsageRow, UsageSum};
 pub use waterfall::{BucketSum, Extent, InstanceSet, RowKey};
 pub use write::{ById, Lacking, encode_tokens};

@@ -13,7 +13,7 @@
 //! finishes) count only from where the previous ones ended, so an instance's attributed time is
 //! its busy time, the union of its steps.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -57,31 +57,87 @@ fn per_cell((from, to): (Nanos, Nanos), cells: (Nanos, Nanos)) -> Vec<(Nanos, f6
 /// time inside it (and tell where busy time already began); tokens count in the cell a step
 /// starts in.
 pub fn from_steps(steps: &[Iteration], cells: (Nanos, Nanos)) -> Uses {
-    let mut by_id = ById::default();
-    let nobody: Arc<str> = Arc::from("");
-    let mut covered = Nanos::MIN;
-    for s in steps {
+    let mut fold = StepFold::new(cells.0);
+    fold.add(steps);
+    fold.uses(cells.1)
+}
+
+/// [`from_steps`] a few steps at a time: the findings worker keeps one per instance between its
+/// passes and adds only the steps stored since, where it read the minute's steps again each time
+/// (docs/BENCHMARKS.md, keeping up). Over the same steps in the same order the sums are the same
+/// to the last bit, whatever the pieces: nothing is clipped at the end of the range, so a step
+/// that runs into the next cell has that part ready when the range grows.
+pub struct StepFold {
+    /// The first cell counted.
+    from: Nanos,
+    /// Where the steps added so far ended, the latest: busy time already counted.
+    covered: Nanos,
+    by_id: ById,
+    nobody: Arc<str>,
+    /// Cells some step's time falls in (measured minutes, as against estimated ones).
+    stepped: BTreeSet<Nanos>,
+    /// (start, id) of the last step added.
+    last: Option<(Nanos, u64)>,
+}
+
+impl StepFold {
+    /// Counts from the cell at `from` (a multiple of [`CELL_NS`]).
+    pub fn new(from: Nanos) -> Self {
+        StepFold {
+            from,
+            covered: Nanos::MIN,
+            by_id: ById::default(),
+            nobody: Arc::from(""),
+            stepped: BTreeSet::new(),
+            last: None,
+        }
+    }
+
+    /// The first cell counted.
+    pub fn from(&self) -> Nanos {
+        self.from
+    }
+
+    /// (start, id) of the last step added: later steps may be added; an earlier one means
+    /// starting again.
+    pub fn last(&self) -> Option<(Nanos, u64)> {
+        self.last
+    }
+
+    /// Adds steps ordered by (start, id), all after those already added.
+    pub fn add(&mut self, steps: &[Iteration]) {
+        for s in steps {
+            debug_assert!(self.last < Some((s.start_ns, s.iteration_id)));
+            self.last = Some((s.start_ns, s.iteration_id));
+            self.add_one(s);
+        }
+    }
+
+    fn add_one(&mut self, s: &Iteration) {
+        let last = cell_of((s.end_ns - 1).max(s.start_ns));
+        self.stepped
+            .extend((cell_of(s.start_ns)..=last).step_by(CELL_NS as usize));
         // The part of this step no earlier step already counted.
-        let own = (s.start_ns.max(covered), s.end_ns.max(covered));
-        covered = covered.max(s.end_ns);
+        let own = (s.start_ns.max(self.covered), s.end_ns.max(self.covered));
+        self.covered = self.covered.max(s.end_ns);
         let total: u64 = s.batch.iter().map(|e| u64::from(e.tokens)).sum();
         let cell = cell_of(s.start_ns);
-        let counts_tokens = (cells.0..cells.1).contains(&s.start_ns);
+        let counts_tokens = s.start_ns >= self.from;
         // The step's time in each cell, once, then each entry its share of it.
-        let time = per_cell(own, cells);
+        let time = per_cell(own, (self.from, Nanos::MAX));
         if total == 0 {
             for &(c, ns) in &time {
-                by_id.at(&nobody, c).gpu_ns += ns;
+                self.by_id.at(&self.nobody, c).gpu_ns += ns;
             }
-            continue;
+            return;
         }
         for e in &s.batch {
             let share = f64::from(e.tokens) / total as f64;
             for &(c, ns) in &time {
-                by_id.at(&e.request_id, c).gpu_ns += ns * share;
+                self.by_id.at(&e.request_id, c).gpu_ns += ns * share;
             }
             if counts_tokens {
-                let u = by_id.at(&e.request_id, cell);
+                let u = self.by_id.at(&e.request_id, cell);
                 match e.phase {
                     crate::model::Phase::Prefill => u.prefill_tokens += u64::from(e.tokens),
                     crate::model::Phase::Decode => u.decode_tokens += u64::from(e.decoded()),
@@ -89,7 +145,17 @@ pub fn from_steps(steps: &[Iteration], cells: (Nanos, Nanos)) -> Uses {
             }
         }
     }
-    by_id.into_uses()
+
+    /// The uses in the cells from the first up to `to` (excluded).
+    pub fn uses(&self, to: Nanos) -> Uses {
+        self.by_id.uses(to)
+    }
+
+    /// The cells before `to` that some step's time falls in (from any step added, those before
+    /// the first cell too).
+    pub fn stepped(&self, to: Nanos) -> BTreeSet<Nanos> {
+        self.stepped.range(..to).copied().collect()
+    }
 }
 
 /// [`Uses`] while steps are added: by request id, then the few cells of each. A step's every
@@ -115,10 +181,15 @@ impl ById {
         &mut cells[k].1
     }
 
-    fn into_uses(self) -> Uses {
+    fn uses(&self, to: Nanos) -> Uses {
         self.0
-            .into_iter()
-            .flat_map(|(id, cells)| cells.into_iter().map(move |(c, u)| ((c, id.clone()), u)))
+            .iter()
+            .flat_map(|(id, cells)| {
+                cells
+                    .iter()
+                    .filter(|(c, _)| *c < to)
+                    .map(|(c, u)| ((*c, id.clone()), u.clone()))
+            })
             .collect()
     }
 }
@@ -259,6 +330,79 @@ mod tests {
 
     fn gpu(u: &Uses, cell: Nanos, id: &str) -> f64 {
         u.get(&(cell, Arc::from(id))).map_or(0.0, |u| u.gpu_ns)
+    }
+
+    /// The attribution as it was first written, one step at a time into a map clipped to the
+    /// range: what the fold must still give, whatever pieces it is fed in.
+    fn reference(steps: &[Iteration], cells: (Nanos, Nanos)) -> Uses {
+        let mut out = Uses::new();
+        let mut covered = Nanos::MIN;
+        for s in steps.iter().filter(|s| s.start_ns < cells.1) {
+            let own = (s.start_ns.max(covered), s.end_ns.max(covered));
+            covered = covered.max(s.end_ns);
+            let total: u64 = s.batch.iter().map(|e| u64::from(e.tokens)).sum();
+            let time = per_cell(own, cells);
+            if total == 0 {
+                for &(c, ns) in &time {
+                    out.entry((c, Arc::from(""))).or_default().gpu_ns += ns;
+                }
+                continue;
+            }
+            for e in &s.batch {
+                for &(c, ns) in &time {
+                    let share = f64::from(e.tokens) / total as f64;
+                    out.entry((c, e.request_id.clone())).or_default().gpu_ns += ns * share;
+                }
+                if (cells.0..cells.1).contains(&s.start_ns) {
+                    let u = out
+                        .entry((cell_of(s.start_ns), e.request_id.clone()))
+                        .or_default();
+                    match e.phase {
+                        Phase::Prefill => u.prefill_tokens += u64::from(e.tokens),
+                        Phase::Decode => u.decode_tokens += u64::from(e.decoded()),
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// The findings worker adds an instance's steps as they are stored and asks for a range
+        /// that grows: each answer is what reading the range's steps afresh gives, to the bit.
+        #[test]
+        fn a_fold_fed_in_pieces_is_the_range_read_afresh(
+            raw in proptest::collection::vec((0i64..3_000, 1i64..900, 0u32..4, 0u32..300), 1..120),
+            cut in 0usize..120,
+            ends in (1i64..4, 0i64..3),
+        ) {
+            // Steps every ~25 ms on a 1 ms clock scaled to cells of a minute: several cells,
+            // async overlaps, steps across a cell's edge, empty steps.
+            let mut t = -5 * S;
+            let mut steps = Vec::new();
+            for (k, (gap, len, decodes, chunk)) in raw.into_iter().enumerate() {
+                t += gap * 40_000_000;
+                let mut batch: Vec<BatchEntry> = (0..decodes)
+                    .map(|d| entry(&format!("d{d}"), Phase::Decode, 1))
+                    .collect();
+                if chunk > 0 {
+                    batch.push(entry(&format!("p{}", k % 5), Phase::Prefill, chunk));
+                }
+                let mut s = step(t, t + len * 1_000_000, batch);
+                s.iteration_id = k as u64;
+                steps.push(s);
+            }
+            let (first, then) = (ends.0 * CELL_NS, (ends.0 + ends.1) * CELL_NS);
+            let mut fold = StepFold::new(0);
+            let before: Vec<Iteration> = steps.iter().filter(|s| s.start_ns < first).cloned().collect();
+            let cut = cut.min(before.len());
+            fold.add(&before[..cut]);
+            fold.add(&before[cut..]);
+            proptest::prop_assert_eq!(fold.uses(first), reference(&steps, (0, first)));
+            fold.add(&steps[before.len()..]);
+            proptest::prop_assert_eq!(fold.uses(then), reference(&steps, (0, then)));
+            proptest::prop_assert_eq!(from_steps(&steps, (0, then)), reference(&steps, (0, then)));
+        }
     }
 
     #[test]

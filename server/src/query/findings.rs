@@ -19,6 +19,7 @@ use tokenscope_core::analysis::metrics::request_metrics;
 use tokenscope_core::api::{Victim, VictimList};
 use tokenscope_core::model::{Nanos, RequestTrace};
 
+use super::usage::Folds;
 use crate::error::{Error, Result};
 use crate::store::{DiagnosisRow, Loaded, Store};
 
@@ -178,11 +179,11 @@ pub async fn diagnose_stretch(
 }
 
 /// Diagnoses what has settled for `settle`; returns how many requests it diagnosed, `None` when
-/// nothing was due. Instances are settled side by side, two per core: the work is mostly this
+/// nothing was due. `folds` carries the GPU accounting's steps from one call to the next. Instances are settled side by side, two per core: the work is mostly this
 /// process's CPU (decoding tokens, the diagnosis) and its queries, so one at a time left a core
 /// idle (docs/BENCHMARKS.md). An instance's own stretches go one after the other: two of them may
 /// share requests and minutes, which would then be written twice at once.
-pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
+pub async fn drain(store: &Store, folds: &Folds, settle: Duration) -> Result<Option<usize>> {
     let due = store.due_for_diagnosis(settle, TAKE).await?;
     if due.ids.is_empty() {
         return Ok(None);
@@ -196,12 +197,12 @@ pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
     let width = std::thread::available_parallelism().map_or(2, |n| (2 * n.get()).min(8));
     let mut settled = futures_util::stream::iter(by_instance)
         .map(|(instance_id, stretches)| {
-            let store = store.clone();
+            let (store, folds) = (store.clone(), folds.clone());
             async move {
                 tokio::spawn(async move {
                     let (mut done, mut minutes) = (0, Vec::new());
                     for (from, to) in stretches {
-                        let (n, m) = settle_stretch(&store, instance_id, from, to).await?;
+                        let (n, m) = settle_stretch(&store, &folds, instance_id, from, to).await?;
                         done += n;
                         minutes.extend(m);
                     }
@@ -229,12 +230,13 @@ pub async fn drain(store: &Store, settle: Duration) -> Result<Option<usize>> {
 /// requests it diagnosed and the recounted minutes, if any.
 async fn settle_stretch(
     store: &Store,
+    folds: &Folds,
     instance_id: i32,
     from: Nanos,
     to: Nanos,
 ) -> Result<(usize, Option<(i32, (Nanos, Nanos))>)> {
     let done = diagnose_stretch(store, instance_id, from, to).await?;
-    super::usage::account(store, instance_id, from, to).await?;
+    super::usage::account(store, folds, instance_id, from, to).await?;
     let minutes = super::cells::account(store, instance_id, from, to).await?;
     Ok((done, minutes.map(|m| (instance_id, m))))
 }

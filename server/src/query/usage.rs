@@ -3,16 +3,16 @@
 //! reported none) into `usage_cells`; `GET /api/v1/usage` and compare sum those by tenant,
 //! adapter or model.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use tokenscope_core::analysis::usage::{
-    self, CELL_NS, Served, Usage, UsageBucket, UsageGroup, Uses, cell_of,
+    self, CELL_NS, Served, StepFold, Usage, UsageBucket, UsageGroup, Uses, cell_of,
 };
 use tokenscope_core::model::Nanos;
 
 use crate::error::{Error, Result};
-use crate::store::{RequestFilter, Store, UsageBy, UsageRequest, UsageRow};
+use crate::store::{BlockKey, RequestFilter, Store, UsageBy, UsageRequest, UsageRow};
 
 /// Steps read before the first cell: one that began earlier may run into it, and it tells where
 /// the instance's busy time already began.
@@ -21,23 +21,71 @@ const STEP_LOOKBACK_NS: Nanos = 10 * 1_000_000_000;
 /// Without a window: the hour up to the newest accounted minute.
 const DEFAULT_WINDOW_NS: Nanos = 3600 * 1_000_000_000;
 
+/// The findings worker's [`StepFold`]s, one per instance, kept between its passes: each pass
+/// reads only the step blocks stored since the last one. Kept per worker, not per process: two
+/// databases (tests) may both have an instance 1.
+#[derive(Clone, Default)]
+pub struct Folds(Arc<Mutex<HashMap<i32, Folded>>>);
+
+/// Instances past this many folds: the oldest are not worth finding, all are dropped.
+const MOST_FOLDS: usize = 4096;
+
+/// An instance's steps folded from a cell on, and the blocks they came from.
+struct Folded {
+    fold: StepFold,
+    blocks: HashSet<BlockKey>,
+}
+
+impl Folds {
+    fn take(&self, instance_id: i32) -> Option<Folded> {
+        self.lock().remove(&instance_id)
+    }
+
+    fn put(&self, instance_id: i32, folded: Folded) {
+        let mut folds = self.lock();
+        if folds.len() >= MOST_FOLDS {
+            folds.clear();
+        }
+        folds.insert(instance_id, folded);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Folded>> {
+        // A panic elsewhere leaves only folds that are checked before use anyway.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Folded {
+    /// Whether the blocks now stored in the fold's range (`keys`, up to `end`) only add steps
+    /// after those folded: every block folded before `end` is still there, and every other one
+    /// starts after the last step folded. Otherwise (late steps, retention) it starts again.
+    fn goes_on_with(&self, keys: &[BlockKey], end: Nanos) -> bool {
+        let now: HashSet<&BlockKey> = keys.iter().collect();
+        let last = self.fold.last();
+        self.blocks
+            .iter()
+            .filter(|b| b.second_ns < end)
+            .all(|b| now.contains(b))
+            && keys
+                .iter()
+                .filter(|k| !self.blocks.contains(k))
+                .all(|k| Some((k.first_start_ns, k.first_iteration_id as u64)) > last)
+    }
+}
+
 /// Recomputes an instance's usage in the minutes `[from, to]` touches.
-pub async fn account(store: &Store, instance_id: i32, from: Nanos, to: Nanos) -> Result<()> {
+pub async fn account(
+    store: &Store,
+    folds: &Folds,
+    instance_id: i32,
+    from: Nanos,
+    to: Nanos,
+) -> Result<()> {
     let cells = (cell_of(from), cell_of(to) + CELL_NS);
-    let steps = store
-        .iterations_between(instance_id, cells.0 - STEP_LOOKBACK_NS, cells.1 - 1)
-        .await?;
+    let (mut uses, stepped) = from_steps(store, folds, instance_id, cells).await?;
     let requests = store.usage_requests(instance_id, cells.0, cells.1).await?;
     // Minutes with a step in them are split by the steps; the others, where requests were served
     // with no step reported (spans only), are estimated from the requests' intervals.
-    let stepped: BTreeSet<Nanos> = steps
-        .iter()
-        .flat_map(|s| {
-            let last = cell_of((s.end_ns - 1).max(s.start_ns));
-            (cell_of(s.start_ns)..=last).step_by(CELL_NS as usize)
-        })
-        .collect();
-    let mut uses = usage::from_steps(&steps, cells);
     let served: Vec<Served> = requests.iter().map(served).collect();
     uses.extend(
         usage::from_requests(&served, cells)
@@ -47,6 +95,36 @@ pub async fn account(store: &Store, instance_id: i32, from: Nanos, to: Nanos) ->
     let rows = rows(&requests, &uses, &stepped);
     store.put_usage(instance_id, cells, &rows).await?;
     Ok(())
+}
+
+/// The steps' uses in `cells` and the cells that have steps: the instance's fold carried on
+/// with the blocks stored since, or a new one when it counts from another cell or steps arrived
+/// among those it has.
+async fn from_steps(
+    store: &Store,
+    folds: &Folds,
+    instance_id: i32,
+    cells: (Nanos, Nanos),
+) -> Result<(Uses, BTreeSet<Nanos>)> {
+    let range = cells.0 - STEP_LOOKBACK_NS..cells.1;
+    let keys = store.step_block_keys(instance_id, range.clone()).await?;
+    let mut folded = folds
+        .take(instance_id)
+        .filter(|f| f.fold.from() == cells.0 && f.goes_on_with(&keys, cells.1))
+        .unwrap_or_else(|| Folded {
+            fold: StepFold::new(cells.0),
+            blocks: HashSet::new(),
+        });
+    let new: Vec<BlockKey> = keys
+        .into_iter()
+        .filter(|k| !folded.blocks.contains(k))
+        .collect();
+    let steps = store.iterations_in_blocks(instance_id, &new, range).await?;
+    folded.fold.add(&steps);
+    folded.blocks.extend(new);
+    let out = (folded.fold.uses(cells.1), folded.fold.stepped(cells.1));
+    folds.put(instance_id, folded);
+    Ok(out)
 }
 
 fn served(r: &UsageRequest) -> Served {

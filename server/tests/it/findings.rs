@@ -421,7 +421,7 @@ async fn a_stretch_settled_between_the_listings_two_reads_is_listed_once() {
         .unwrap()
         .expect("within the budget");
     assert!(!fresh.stretches.is_empty(), "everything sent is queued");
-    tokenscope::query::findings::drain(store, Duration::ZERO)
+    tokenscope::query::findings::drain(store, &Default::default(), Duration::ZERO)
         .await
         .unwrap()
         .expect("the queue was due");

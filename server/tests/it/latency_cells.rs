@@ -231,7 +231,7 @@ async fn data_the_worker_has_not_counted_is_in_the_chart() {
     let store = &app.running.store;
     let runs = fleet::regression(T0, 0.05, 9_000.0);
     app.send_sim(&runs).await;
-    while tokenscope::query::findings::drain(store, Duration::ZERO)
+    while tokenscope::query::findings::drain(store, &Default::default(), Duration::ZERO)
         .await
         .unwrap()
         .is_some()

@@ -223,3 +223,69 @@ async fn gpu_time_by_tenant_adds_up_to_the_busy_time_the_engine_had() {
         assert!(r.text().await.unwrap().contains(says), "{q}");
     }
 }
+
+/// The worker keeps each instance's accounting of a minute between its passes and reads only
+/// the steps stored since (`query::usage::Folds`). Steps sent in three parts, each accounted
+/// before the next arrives: the first third, then the last (carried on), then the middle, late,
+/// among steps already counted (counted again from the start). The minute's GPU time and tokens
+/// are still what the engine did.
+#[tokio::test]
+async fn steps_stored_late_among_counted_ones_are_counted() {
+    let app = spawn_app_with(|c| c.findings_settle = Some(SETTLE)).await;
+    let profile = sim::cost::profile("llama-8b-h100").unwrap();
+    let mut rng = tokenscope::fixtures::Rng::new(11);
+    // Inside one minute (T0 is on a minute), so every part's stretch accounts the same cells.
+    let reqs = sim::load::poisson("us-late", T0 + 5_000_000_000, 4.0, 40.0, false, &mut rng);
+    let run = sim::traffic("us-late", profile, reqs, 4);
+    let last_end = run
+        .output
+        .iterations
+        .iter()
+        .map(|s| s.end_ns)
+        .max()
+        .unwrap();
+    assert!(
+        last_end < T0 + 60_000_000_000,
+        "the traffic fits its minute"
+    );
+
+    let mut requests = run.clone();
+    requests.output.iterations.clear();
+    app.send_sim(&[requests]).await;
+    settled(&app).await;
+    let n = run.output.iterations.len();
+    for part in [0..n / 3, 2 * n / 3..n, n / 3..2 * n / 3] {
+        let mut steps = run.clone();
+        steps.output.requests.clear();
+        steps.output.iterations = run.output.iterations[part].to_vec();
+        app.send_sim(&[steps]).await;
+        settled(&app).await;
+    }
+
+    let v = app
+        .get_json(&format!(
+            "/api/v1/usage?from={T0}&to={}&instance=us-late",
+            T0 + HOUR
+        ))
+        .await;
+    close(v["busy_s"].as_f64().unwrap(), busy_s(&run), "us-late");
+    let g = groups(&v);
+    assert!(!g.contains_key("(not stored)"), "{v}");
+    let (prefill, decode) = g.values().fold((0, 0), |(p, d), g| {
+        (
+            p + g["prefill_tokens"].as_u64().unwrap(),
+            d + g["decode_tokens"].as_u64().unwrap(),
+        )
+    });
+    let sent = &run.output.requests;
+    assert!(
+        sent.iter().all(|r| r.preemptions.is_empty()),
+        "no recompute"
+    );
+    let want_prefill: u64 = sent
+        .iter()
+        .map(|r| u64::from(r.prompt_tokens - r.cached_tokens))
+        .sum();
+    let want_decode: u64 = sent.iter().map(|r| u64::from(r.output_tokens - 1)).sum();
+    assert_eq!((prefill, decode), (want_prefill, want_decode), "{v}");
+}
