@@ -134,9 +134,9 @@ pub fn Requests(data: ExplorerData, query: ExplorerQuery) -> impl IntoView {
                     <a href=waterfall_href(&r.instance, &r.request_id, r.arrival_ns, r.e2e_ms)>"open its waterfall"</a></p>
             })}
             {empty}
-            <table class="grid" data-testid="requests">
+            <table class="grid requests" data-testid="requests">
                 <thead><tr>
-                    <th>"Request"</th><th>"Instance"</th><th>"Tenant"</th>{header}<th>"Finish"</th><th>"SLO"</th><th>"Cause"</th><th></th>
+                    <th>"Request"</th><th>"Instance"</th><th>"Tenant"</th>{header}<th>"Finish"</th><th>"SLO · cause"</th>
                 </tr></thead>
                 <tbody>{rows}</tbody>
             </table>
@@ -144,19 +144,21 @@ pub fn Requests(data: ExplorerData, query: ExplorerQuery) -> impl IntoView {
     }
 }
 
-/// The cause cell: the stored findings' first (most severe) cause, linking to the requests with
-/// that cause; "…" while the findings are being worked out.
+/// The cause beside the SLO verdict: the stored findings' first (most severe) cause, linking to
+/// the requests with that cause; "…" while the findings are being worked out.
 fn cause_cell(causes: Option<Vec<String>>, query: &ExplorerQuery) -> AnyView {
     match causes {
         None => view! {
             <span class="muted" title="New data around this request: its findings are being worked out">"…"</span>
         }
         .into_any(),
-        Some(list) if list.is_empty() => view! { <span class="muted">"–"</span> }.into_any(),
+        // Healthy: the verdict beside it says all.
+        Some(list) if list.is_empty() => ().into_any(),
         Some(list) => {
             let first = list[0].clone();
             let href = query.with(|q| q.cause = first.clone()).href();
-            let more = (list.len() > 1).then(|| format!(" +{}", list.len() - 1));
+            // A no-break space: "+1" never goes to a line of its own.
+            let more = (list.len() > 1).then(|| format!("\u{a0}+{}", list.len() - 1));
             view! {
                 <a class="cause" href=href title=list.join(", ") data-testid="cause">{first.replace('_', " ")}</a>
                 {more.map(|m| view! { <span class="muted">{m}</span> })}
@@ -209,10 +211,11 @@ fn row(
     let tenant = slice_cell(r.tenant, r.lora_adapter, query);
     view! {
         <tr data-request=r.request_id.clone()>
-            <td class="id"><a href=req.clone() title="Open the request page">{r.request_id.clone()}</a></td>
+            <td class="id"><a href=req.clone() title=format!("{}: open the request page", r.request_id)>{r.request_id.clone()}</a></td>
             <td class="text">{r.instance.clone()}</td>
-            <td class="text" data-testid="tenant-cell">{tenant}</td>
-            <td class="time">{move || clock(arrival, &zone.get(), 1_000_000)}</td>
+            <td class="text tenant" data-testid="tenant-cell">{tenant}</td>
+            // The arrival is the request's moment: it opens the waterfall there.
+            <td class="time"><a href=wf data-testid="waterfall-link" title="Show this request's moment in the waterfall">{move || clock(arrival, &zone.get(), 1_000_000)}</a></td>
             <td class="num" class:bad=ttft_bad>{ms(r.ttft_ms)}</td>
             <td class="num" class:bad=tpot_bad>{ms(r.tpot_ms)}</td>
             <td class="num">{duration_ms(r.e2e_ms)}</td>
@@ -220,9 +223,10 @@ fn row(
             <td class="num">{thousands(r.prompt_tokens.into())}</td>
             <td class="num">{thousands(r.output_tokens.into())}</td>
             <td>{r.finish_reason.as_str()}</td>
-            <td><span class="verdict" class:bad=verdict != "met">{if verdict == "met" { "met".to_string() } else { format!("{verdict} ▲") }}</span></td>
-            <td class="text">{cause}</td>
-            <td class="links"><a href=wf data-testid="waterfall-link" title="Show this request's moment in the waterfall">"waterfall"</a></td>
+            <td class="verdict-cause">
+                <span class="verdict" class:bad=verdict != "met">{if verdict == "met" { "met".to_string() } else { format!("{verdict} ▲") }}</span>
+                " " {cause}
+            </td>
         </tr>
     }
 }
