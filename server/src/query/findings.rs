@@ -179,9 +179,10 @@ pub async fn diagnose_stretch(
 }
 
 /// Diagnoses what has settled for `settle`; returns how many requests it diagnosed, `None` when
-/// nothing was due. `folds` carries the GPU accounting's steps from one call to the next. Instances are settled side by side, two per core: the work is mostly this
-/// process's CPU (decoding tokens, the diagnosis) and its queries, so one at a time left a core
-/// idle (docs/BENCHMARKS.md). An instance's own stretches go one after the other: two of them may
+/// nothing was due. `folds` carries the GPU accounting's steps from one call to the next.
+/// Instances are settled side by side, two per core: the work is mostly this process's CPU
+/// (decoding tokens, the diagnosis) and its queries, so one at a time left a core idle
+/// (docs/BENCHMARKS.md). An instance's own stretches go one after the other: two of them may
 /// share requests and minutes, which would then be written twice at once.
 pub async fn drain(store: &Store, folds: &Folds, settle: Duration) -> Result<Option<usize>> {
     let due = store.due_for_diagnosis(settle, TAKE).await?;
