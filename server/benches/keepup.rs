@@ -6,7 +6,10 @@
 //!
 //! The traffic: simulated 8B/H100 instances at a steady Poisson rate each, as many as the rate
 //! needs, every instance exporting once per second of its time (as the plugins do), encoded
-//! before the clock starts so that the sender does not take the cores it measures.
+//! before the clock starts so that the sender does not take the cores it measures. How busy
+//! each instance is sets how many requests break an SLO, which the worker diagnoses again when
+//! their neighbourhood changes (the others it passes by): `TOKENSCOPE_KEEPUP_PER_INSTANCE`
+//! requests a second (6: a busy instance whose requests nearly all meet their SLOs).
 //!
 //! `scripts/bench keepup`, or `cargo bench -p tokenscope --bench keepup` with
 //! TOKENSCOPE_TEST_DATABASE_URL set. `TOKENSCOPE_KEEPUP_RATES` (output tokens/s, comma-separated;
@@ -27,6 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tokenscope_core::analysis::diagnosis::{Thresholds, healthy_alone};
 use tokenscope_core::model::{Nanos, Role};
 use tokenscope_sim as sim;
 use tokenscope_sim::deliver::{Batcher, Encoded};
@@ -35,15 +39,20 @@ use tokenscope_sim::engine::Event;
 const START: Nanos = 1_796_022_000_000_000_000;
 const SECOND: Nanos = 1_000_000_000;
 const SETTLE: Duration = Duration::from_secs(5);
-/// Requests a second on each instance: a busy 8B on an H100 (about 2,000 output tokens/s).
+/// Requests a second on each instance by default: a busy 8B on an H100 (about 2,000 output
+/// tokens/s).
 const PER_INSTANCE: f64 = 6.0;
 /// Simulated before the measured seconds, so that every instance is busy from the first.
 const WARM_S: f64 = 20.0;
 
-/// One instance's export batches, encoded, and the output tokens it made.
+/// One instance's export batches, encoded, the output tokens it made, and its requests (those
+/// finished in the measured seconds) and how many of them are not healthy whatever ran beside
+/// them (`healthy_alone`: the ones the worker reads again).
 struct Instance {
     batches: Vec<Encoded>,
     tokens: u64,
+    requests: u64,
+    not_alone: u64,
 }
 
 #[tokio::main]
@@ -54,12 +63,13 @@ async fn main() {
         .filter_map(|r| r.trim().parse().ok())
         .collect();
     let seconds: f64 = settings::env_or("TOKENSCOPE_KEEPUP_SECONDS", 40.0);
+    let per_instance: f64 = settings::env_or("TOKENSCOPE_KEEPUP_PER_INSTANCE", PER_INSTANCE);
     let most = rates.iter().copied().fold(0.0, f64::max);
 
     let t = Instant::now();
     let mut instances: Vec<Instance> = Vec::new();
     while (instances.iter().map(|i| i.tokens).sum::<u64>() as f64) < most * seconds {
-        instances.push(simulate(instances.len(), seconds));
+        instances.push(simulate(instances.len(), seconds, per_instance));
     }
     println!(
         "keep-up: {} instances simulated and encoded in {:.0} s ({:.0} output tokens/s each)",
@@ -74,14 +84,14 @@ async fn main() {
 
 /// `WARM_S + seconds` of one instance, cut into a batch of requests and one of steps per second
 /// of its time; only the measured seconds are kept (the warm-up is how its queue filled).
-fn simulate(k: usize, seconds: f64) -> Instance {
+fn simulate(k: usize, seconds: f64, per_instance: f64) -> Instance {
     let name = format!("keepup-{k:03}");
     let profile = sim::cost::profile("llama-8b-h100").unwrap();
     let mut rng = sim::Rng::new(500 + k as u64);
     let reqs = sim::load::poisson(
         &format!("{name}-req"),
         START - (WARM_S as Nanos) * SECOND,
-        PER_INSTANCE,
+        per_instance,
         WARM_S + seconds,
         false,
         &mut rng,
@@ -89,6 +99,8 @@ fn simulate(k: usize, seconds: f64) -> Instance {
     let resource = sim::scenarios::resource(&name, Role::Colocated);
     let mut b = Batcher::new(resource.clone());
     let (mut cut, mut out, mut tokens) = (START, Vec::new(), 0u64);
+    let (mut requests, mut not_alone) = (0, 0);
+    let th = Thresholds::default();
     let _ = sim::traffic_events(profile, reqs, 500 + k as u64, &mut |e| {
         let at = match &e {
             Event::Step(it) => it.end_ns,
@@ -101,6 +113,8 @@ fn simulate(k: usize, seconds: f64) -> Instance {
         }
         if let (Event::Finished(r), true) = (&e, at >= START) {
             tokens += r.tokens.len() as u64;
+            requests += 1;
+            not_alone += u64::from(!healthy_alone(r, &th));
         }
         out.extend(b.push(e).filter(|t| t.at_ns >= START));
         ControlFlow::Continue(())
@@ -109,6 +123,8 @@ fn simulate(k: usize, seconds: f64) -> Instance {
     Instance {
         batches: out.into_iter().map(Encoded::from).collect(),
         tokens,
+        requests,
+        not_alone,
     }
 }
 
@@ -120,6 +136,8 @@ async fn measure(instances: &[Instance], rate: f64, seconds: f64) {
         n += 1;
     }
     let used = &instances[..n];
+    let not_alone = used.iter().map(|i| i.not_alone).sum::<u64>() as f64
+        / used.iter().map(|i| i.requests).sum::<u64>().max(1) as f64;
     let mut batches: Vec<Encoded> = used.iter().flat_map(|i| i.batches.clone()).collect();
     batches.sort_by_key(|b| b.at_ns);
     // The simulated span sent: answers still running at the end finish after `seconds`.
@@ -158,11 +176,12 @@ async fn measure(instances: &[Instance], rate: f64, seconds: f64) {
     let worst = worst.load(Ordering::Relaxed) as f64 / 1e3;
     let took = sent.elapsed.as_secs_f64();
     println!(
-        "  {:>9.0} tokens/s offered ({} instances): {} requests, {tokens} tokens sent in {took:.1} s ({span:.1} s of their time, {:.0} tokens/s); \
+        "  {:>9.0} tokens/s offered ({} instances): {} requests ({:.0} % not healthy alone), {tokens} tokens sent in {took:.1} s ({span:.1} s of their time, {:.0} tokens/s); \
          findings lag past settle at most {:.1} s, caught up {caught_up:.1} s after the last batch, each request diagnosed {:.1} times; cores {:.0} % busy",
         tokens as f64 / seconds,
         used.len(),
         sent.requests,
+        not_alone * 100.0,
         tokens as f64 / took,
         worst,
         diagnosed as f64 / sent.requests.max(1) as f64,

@@ -538,16 +538,18 @@ pub fn setup_names() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokenscope_core::analysis::diagnosis::healthy_alone;
 
     /// Whether a request is healthy never depends on its neighbours: every rule finds something
     /// only from the request's own tokens or its steps, and neighbours only name the culprits.
-    /// (The findings worker could then skip healthy requests when only neighbours arrive:
-    /// docs/BENCHMARKS.md, "keeping up".) Every request of the busy setups, each shape, against
-    /// the same request diagnosed with no neighbours at all.
+    /// Nor, without speculation, on its steps: a request `healthy_alone` says is healthy (ingest
+    /// stores it, and the findings worker never reads such a request again) is healthy with
+    /// everything beside it. Every request of the busy setups, each shape, against the same
+    /// request diagnosed with no neighbours at all, and with nothing at all.
     #[test]
     fn neighbours_never_decide_whether_a_request_is_healthy() {
         let th = Thresholds::default();
-        let (mut healthy, mut not) = (0, 0);
+        let (mut healthy, mut not, mut alone_healthy) = (0, 0, 0);
         for (k, s) in setups().iter().enumerate() {
             let mut rng = Rng::new(k as u64 + 7);
             let reqs = traffic(s, &format!("n{k}"), 1_796_022_000 * SECOND, 60.0, &mut rng);
@@ -573,10 +575,16 @@ mod tests {
                     } else {
                         not += 1;
                     }
+                    if healthy_alone(r, &th) {
+                        alone_healthy += 1;
+                        assert_eq!(d.verdict, Verdict::Healthy, "{shape:?}: {d:?}");
+                    }
                 }
             }
         }
         assert!(healthy > 1000 && not > 100, "{healthy} healthy, {not} not");
+        // The same requests: nothing beside them never made a breach look healthy.
+        assert_eq!(alone_healthy, healthy);
     }
 
     /// Two seeds of the benchmark: no breach called healthy, no finding on a request that met

@@ -60,9 +60,18 @@ pub struct Alive<'s> {
     page: i64,
     after: Option<(Nanos, String)>,
     done: bool,
+    skip_healthy_alone: bool,
 }
 
 impl Alive<'_> {
+    /// Leaves out the requests ingest found healthy whatever ran beside them
+    /// (`requests.healthy_alone`) and which no step that verified drafts served: their
+    /// diagnosis with the default thresholds is healthy, so there is nothing to store.
+    pub fn unless_healthy_alone(mut self) -> Self {
+        self.skip_healthy_alone = true;
+        self
+    }
+
     /// The next page, without the vocabulary's texts (see [`TextsLater`]); `None` after the
     /// last.
     pub async fn next(&mut self) -> Result<Option<Vec<(Loaded, TextsLater)>>> {
@@ -72,7 +81,13 @@ impl Alive<'_> {
         let (from, to) = self.span;
         let page = self
             .store
-            .load_alive(self.instance_id, from, to, self.after.as_ref(), self.page)
+            .load_alive(
+                self.instance_id,
+                (from, to),
+                self.after.as_ref(),
+                self.page,
+                self.skip_healthy_alone,
+            )
             .await?;
         match page.last() {
             Some((l, _)) if page.len() as i64 == self.page => {
@@ -209,6 +224,7 @@ impl Store {
             page,
             after: None,
             done: false,
+            skip_healthy_alone: false,
         }
     }
 
@@ -217,11 +233,15 @@ impl Store {
     async fn load_alive(
         &self,
         instance_id: i32,
-        from: Nanos,
-        to: Nanos,
+        (from, to): (Nanos, Nanos),
         after: Option<&(Nanos, String)>,
         limit: i64,
+        skip_healthy_alone: bool,
     ) -> Result<Vec<(Loaded, TextsLater)>> {
+        // Speculation is judged against the other requests in the same steps: a request served
+        // by steps that verified drafts is read whatever ingest found (the rollups' 10 s cells
+        // say so without reading a step; a step starts in the cell it is counted in).
+        let cell = super::ROLLUP_NS[2];
         let rows = sqlx::query_as!(
             StoredRequest,
             r#"SELECT r.request_id, r.instance_id, i.engine, i.instance_key, i.role, r.model_id, m.name AS model,
@@ -231,6 +251,11 @@ impl Store {
                FROM requests r JOIN instances i ON i.id = r.instance_id JOIN models m ON m.id = r.model_id
                WHERE r.instance_id = $1 AND r.arrival_ns >= $2 AND r.arrival_ns <= $3 AND r.finished_ns >= $4
                  AND ($5::bigint IS NULL OR (r.arrival_ns, r.request_id) > ($5, $6::text))
+                 AND NOT ($8 AND r.healthy_alone AND NOT EXISTS (
+                     SELECT 1 FROM iteration_rollups u
+                     WHERE u.instance_id = r.instance_id AND u.resolution_ns = $9
+                       AND u.cell_ns > r.arrival_ns - $9 - $10 AND u.cell_ns <= r.finished_ns
+                       AND u.draft_entries > 0))
                ORDER BY r.arrival_ns, r.request_id
                LIMIT $7"#,
             instance_id,
@@ -239,7 +264,10 @@ impl Store {
             from,
             after.map(|a| a.0),
             after.map(|a| a.1.as_str()),
-            limit
+            limit,
+            skip_healthy_alone,
+            cell,
+            super::CLOCK_SLACK_NS
         )
         .fetch_all(&self.pool)
         .await?;

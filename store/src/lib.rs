@@ -54,7 +54,7 @@ pub use slow_set::{Buckets, Slow, TallyRow};
 pub use steps::{BlockKey, StoredStep};
 pub use usage::{UsageBy, UsageRequest, UsageRow, UsageSum};
 pub use waterfall::{BucketSum, Extent, InstanceSet, RowKey};
-pub use write::{ById, Lacking, encode_tokens};
+pub use write::{ById, HealthyAlone, Lacking, encode_tokens};
 
 /// Key spaces of our advisory locks (so they cannot collide with another application's): writers
 /// of one instance's requests and steps, and of one model's vocabulary.

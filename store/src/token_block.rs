@@ -22,6 +22,8 @@ use crate::error::{Error, Result};
 const VERSION: u8 = 1;
 const ZSTD_LEVEL: i32 = 3;
 const LOGPROB_SCALE: f32 = 2048.0;
+/// How finely logprobs are kept: a stored one is within half of this of the one sent.
+pub const LOGPROB_STEP_NATS: f32 = 1.0 / LOGPROB_SCALE;
 /// Quantized value standing for -infinity (and anything below -4.5e15 nats).
 const NEG_INF_Q: i64 = i64::MAX;
 

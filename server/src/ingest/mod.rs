@@ -11,6 +11,7 @@ pub mod native;
 pub mod otlp;
 pub mod otlp_endpoints;
 
+use tokenscope_core::analysis::diagnosis::{self, Thresholds};
 use tokenscope_core::model::{RequestTrace, validate};
 
 use crate::access::Grant;
@@ -23,6 +24,22 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 // The write batch is the store's type: adapters fill it, the store takes it.
 pub use crate::store::batch::{Item, ResourceBatch, Stored};
+
+/// Whether the findings worker may pass a request by whatever arrives beside it
+/// (`diagnosis::healthy_alone` with the default thresholds, which the worker stores findings
+/// for). Judged on the request as sent; the store gives its logprobs back to within half a
+/// `LOGPROB_STEP_NATS`, so the probability thresholds are raised by a whole one: a probability
+/// this passes stays above the threshold once stored (never the other way round).
+fn healthy_alone(r: &RequestTrace) -> bool {
+    let step = crate::store::token_block::LOGPROB_STEP_NATS.exp();
+    let d = Thresholds::default();
+    let th = Thresholds {
+        eos_probability: d.eos_probability * step,
+        token_probability: d.token_probability * step,
+        ..d
+    };
+    diagnosis::healthy_alone(r, &th)
+}
 
 /// An item that was refused, and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,7 +208,7 @@ pub async fn store_decoded(
         )));
     }
     let started = std::time::Instant::now();
-    let stored = sink.store.write(&batches).await?;
+    let stored = sink.store.write(&batches, &healthy_alone).await?;
     metrics.committed(started.elapsed());
     metrics.stored(
         source,

@@ -268,6 +268,10 @@ pub async fn unsettled(
             continue;
         }
         let mut pages = store.alive(instance_id, lo, hi, PAGE);
+        if *th == Thresholds::default() {
+            // Only the degraded are listed; these are healthy whatever ran beside them.
+            pages = pages.unless_healthy_alone();
+        }
         while let Some(page) = pages.next().await? {
             let page: Vec<(Loaded, TextsLater)> = page
                 .into_iter()

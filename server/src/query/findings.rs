@@ -4,8 +4,9 @@
 //! The rule for late and out-of-order data: every stored batch queues the stretch of its
 //! instance's time it touched (`store::diagnoses`); a stretch is taken once no data has been
 //! added to the queue for `settle`, and every request of the instance alive in it is diagnosed
-//! again. A culprit exported after its victims were diagnosed therefore queues their lifetime,
-//! and their stored findings change one settle period later. The same stretches have their GPU
+//! again (but those ingest found healthy whatever ran beside them: `healthy_alone`). A culprit
+//! exported after its victims were diagnosed therefore queues their lifetime, and their stored
+//! findings change one settle period later. The same stretches have their GPU
 //! time accounted (`usage`) and their minutes' latencies counted (`cells`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -164,7 +165,9 @@ pub async fn diagnose_stretch(
     to: Nanos,
 ) -> Result<usize> {
     let th = Thresholds::default();
-    let (mut pages, mut done) = (store.alive(instance_id, from, to, PAGE), 0);
+    // A request healthy whatever ran beside it has no row to store, whatever arrived since.
+    let alive = store.alive(instance_id, from, to, PAGE);
+    let (mut pages, mut done) = (alive.unless_healthy_alone(), 0);
     while let Some(page) = pages.next().await? {
         let (mut rows, mut keys) = (Vec::new(), Vec::with_capacity(page.len()));
         for (l, d) in super::diagnosis::together_untexted(store, instance_id, page, &th).await? {

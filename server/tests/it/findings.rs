@@ -86,6 +86,28 @@ async fn stored_findings_are_the_diagnosis_computed_when_asked() {
         rows as usize, degraded,
         "one row per request that is not healthy"
     );
+    // Ingest marked most requests healthy whatever ran beside them, and the worker passed
+    // those by; only speculation, judged against the other requests in the same steps, is read
+    // all the same: the collapsed and the looping speculation met their SLOs, yet their
+    // findings are stored.
+    let alone: Vec<String> = sqlx::query_scalar(
+        "SELECT r.request_id FROM requests r JOIN diagnoses d USING (instance_id, request_id, arrival_ns)
+         WHERE r.healthy_alone ORDER BY 1",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    assert_eq!(alone, ["loop-victim", "spec-victim"]);
+    let marked: i64 = sqlx::query_scalar("SELECT count(*) FROM requests WHERE healthy_alone")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert!(
+        marked as usize > computed.len() / 2
+            && marked as usize + degraded - alone.len() <= computed.len(),
+        "{marked} of {} healthy alone",
+        computed.len()
+    );
     let (stored, stored_list) = every_diagnosis(&app).await;
     assert_eq!(stored, computed);
     assert_eq!(stored_list, computed_list);

@@ -60,14 +60,24 @@ impl Detail {
     }
 }
 
+/// Whether a request's diagnosis is healthy whatever is stored beside it: the query layer's
+/// judgement (`diagnosis::healthy_alone`), which the store keeps with the request
+/// (`requests.healthy_alone`) so that the findings worker can pass it by.
+pub type HealthyAlone<'a> = &'a (dyn Fn(&RequestTrace) -> bool + Sync);
+
 impl Store {
-    pub async fn write(&self, batches: &[ResourceBatch]) -> Result<Stored> {
+    /// Stores the batches' new requests and steps; `healthy_alone` judges each new request.
+    pub async fn write(
+        &self,
+        batches: &[ResourceBatch],
+        healthy_alone: HealthyAlone<'_>,
+    ) -> Result<Stored> {
         let mut stored = Stored::default();
         for batch in batches {
             if batch.requests.is_empty() && batch.iterations.is_empty() {
                 continue;
             }
-            let s = self.write_resource(batch).await?;
+            let s = self.write_resource(batch, healthy_alone).await?;
             stored.accepted_requests += s.accepted_requests;
             stored.duplicate_requests += s.duplicate_requests;
             stored.accepted_iterations += s.accepted_iterations;
@@ -108,15 +118,16 @@ impl Store {
         &self,
         model_id: i32,
         requests: &[&'r RequestTrace],
+        healthy_alone: &[bool],
         by_id: Option<&ById<'r>>,
     ) -> (RequestRows, Lacking<'r>) {
         self.caches.vocab.with(model_id, |vocab| {
             let mut rows = RequestRows::default();
             let mut lacking = Lacking::default();
-            for r in requests {
+            for (r, &alone) in requests.iter().zip(healthy_alone) {
                 let block =
                     (!r.tokens.is_empty()).then(|| encode_tokens(r, &vocab, by_id, &mut lacking));
-                rows.push(r, block);
+                rows.push(r, block, alone);
             }
             (rows, lacking)
         })
@@ -157,10 +168,15 @@ impl Store {
         }))
     }
 
-    async fn write_resource(&self, batch: &ResourceBatch) -> Result<Stored> {
+    async fn write_resource(
+        &self,
+        batch: &ResourceBatch,
+        healthy_alone: HealthyAlone<'_>,
+    ) -> Result<Stored> {
         let resource = &batch.resource;
         let model_id = self.model_id(&resource.model).await?;
         let requests: Vec<&RequestTrace> = batch.requests.iter().map(|i| &i.value).collect();
+        let alone: Vec<bool> = requests.iter().map(|r| healthy_alone(r)).collect();
 
         // Everything that needs no transaction happens first: partitions (idempotent DDL), the
         // CPU work of encoding, and vocabulary (idempotent).
@@ -185,7 +201,7 @@ impl Store {
             Some(texts) => Some(self.texts_by_id(model_id, texts).await?),
             None => None,
         };
-        let (mut rows, mut lacking) = self.encode_rows(model_id, &requests, by_id.as_ref());
+        let (mut rows, mut lacking) = self.encode_rows(model_id, &requests, &alone, by_id.as_ref());
         // Texts of ids the vocabulary does not know yet (a new model's first batches) are stored
         // first and the batch encoded again, so its blocks refer to them. Steady state: one pass.
         if self
@@ -194,7 +210,7 @@ impl Store {
             .store(&self.pool, model_id, lacking.unknown)
             .await?
         {
-            (rows, lacking) = self.encode_rows(model_id, &requests, by_id.as_ref());
+            (rows, lacking) = self.encode_rows(model_id, &requests, &alone, by_id.as_ref());
         }
         let texts_missing = self.texts_missing(model_id, lacking.unresolved).await?;
         let (first_seen, last_seen) = seen_range(batch);
@@ -225,10 +241,10 @@ impl Store {
         let inserted = sqlx::query!(
             r#"INSERT INTO requests (instance_id, model_id, request_id, arrival_ns, finished_ns, ttft_ns, tpot_ns,
                    e2e_ns, queue_ns, prompt_tokens, output_tokens, cached_tokens, finish_reason, trace_id,
-                   parent_span_id, detail, tokens, prefix_cache)
+                   parent_span_id, detail, tokens, prefix_cache, healthy_alone)
                SELECT $1::int, $2::int, * FROM UNNEST($3::text[], $4::bigint[], $5::bigint[], $6::bigint[],
                    $7::bigint[], $8::bigint[], $9::bigint[], $10::int[], $11::int[], $12::int[], $13::text[],
-                   $14::bytea[], $15::bytea[], $16::jsonb[], $17::bytea[], $18::jsonb[])
+                   $14::bytea[], $15::bytea[], $16::jsonb[], $17::bytea[], $18::jsonb[], $19::bool[])
                ON CONFLICT DO NOTHING"#,
             instance_id,
             model_id,
@@ -248,6 +264,7 @@ impl Store {
             &rows.detail,
             &rows.tokens as &[Option<Vec<u8>>],
             &rows.prefix_cache as &[Option<serde_json::Value>],
+            &rows.healthy_alone,
         )
         .execute(&mut *tx)
         .await?
@@ -396,10 +413,11 @@ struct RequestRows {
     detail: Vec<serde_json::Value>,
     tokens: Vec<Option<Vec<u8>>>,
     prefix_cache: Vec<Option<serde_json::Value>>,
+    healthy_alone: Vec<bool>,
 }
 
 impl RequestRows {
-    fn push(&mut self, r: &RequestTrace, tokens: Option<Vec<u8>>) {
+    fn push(&mut self, r: &RequestTrace, tokens: Option<Vec<u8>>, healthy_alone: bool) {
         let m = request_metrics(r);
         // The chain is stored in its own column (`requests.prefix_cache`), not in detail: listed
         // field by field so it is not copied only to be dropped.
@@ -446,6 +464,7 @@ impl RequestRows {
                 .as_ref()
                 .map(|p| serde_json::to_value(p).expect("PrefixCache serializes to JSON")),
         );
+        self.healthy_alone.push(healthy_alone);
     }
 
     /// Keeps the rows not stored yet: not in `existing`, and not repeated earlier in this batch.
@@ -476,5 +495,6 @@ impl RequestRows {
         filter(&mut self.detail, &keep);
         filter(&mut self.tokens, &keep);
         filter(&mut self.prefix_cache, &keep);
+        filter(&mut self.healthy_alone, &keep);
     }
 }

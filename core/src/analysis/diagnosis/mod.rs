@@ -254,6 +254,21 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
     Diagnosis::of(r.request_id.clone(), findings)
 }
 
+/// Whether `r`'s diagnosis is healthy whatever ran beside it, provided it did not speculate.
+/// Every timing rule starts from the request's own breach (its TTFT or TPOT past the SLO, a
+/// stall, an abort after waiting past the SLO) or its own preemptions, and its words are its
+/// own tokens: neighbours and steps only name causes. Speculation is the exception: its
+/// acceptance is judged against the other requests in the same steps. Ingest stores this
+/// (`requests.healthy_alone`, default thresholds) so that the findings worker never reads such
+/// a request again when its neighbourhood changes (docs/BENCHMARKS.md, keeping up).
+pub fn healthy_alone(r: &RequestTrace, th: &Thresholds) -> bool {
+    let alone = Context {
+        iterations: &[],
+        others: &[],
+    };
+    diagnose(r, &alone, th).verdict == Verdict::Healthy
+}
+
 /// How long the request waited for a first token, when that is a finding: it came past the TTFT
 /// SLO, or none came before it was given up on after waiting past the SLO or the stall threshold
 /// (a client's timeout, a queue that refused it). A client that gives up sooner is no incident.
