@@ -828,4 +828,47 @@ mod tests {
             }
         }
     }
+
+    /// The findings worker reads a stored request's candidates for its last token only (the
+    /// store's `Candidates::Last`): the diagnosis judges the end-of-sequence token against the
+    /// likeliest candidate and every other token by its own probability and rank. Every
+    /// scenario's diagnoses are the same with the other tokens' candidates dropped.
+    #[test]
+    fn the_diagnosis_reads_only_the_last_tokens_candidates() {
+        use tokenscope_core::analysis::diagnosis::{
+            Context, OtherRequest, Thresholds, diagnose, steps_of,
+        };
+        let th = Thresholds::default();
+        let (mut dropped, mut words) = (0, 0);
+        for name in NAMES.iter().chain(&EXTRA) {
+            let s = build(name, T0, 1).unwrap();
+            for run in &s.runs {
+                let out = &run.output;
+                let others: Vec<OtherRequest> = out.requests.iter().map(OtherRequest::of).collect();
+                for r in &out.requests {
+                    let ctx = Context {
+                        iterations: steps_of(&out.iterations, r),
+                        others: &others,
+                    };
+                    let mut lean = r.clone();
+                    let last = lean.tokens.len().saturating_sub(1);
+                    for t in &mut lean.tokens[..last] {
+                        dropped += t.candidates.len();
+                        t.candidates = Vec::new();
+                    }
+                    let d = diagnose(r, &ctx, &th);
+                    words += d
+                        .findings
+                        .iter()
+                        .filter(|f| f.cause.is_word_choice())
+                        .count();
+                    assert_eq!(d, diagnose(&lean, &ctx, &th), "{name}: {}", r.request_id);
+                }
+            }
+        }
+        assert!(
+            dropped > 10_000 && words > 0,
+            "{dropped} candidates, {words} word findings"
+        );
+    }
 }

@@ -72,7 +72,8 @@ impl Alive<'_> {
         self
     }
 
-    /// The next page, without the vocabulary's texts (see [`TextsLater`]); `None` after the
+    /// The next page, without the vocabulary's texts (see [`TextsLater`]) and with the last
+    /// token's candidates only (`token_block::Candidates::Last`: for diagnosing); `None` after the
     /// last.
     pub async fn next(&mut self) -> Result<Option<Vec<(Loaded, TextsLater)>>> {
         if self.done {
@@ -271,7 +272,11 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(super::read::decode_untexted).collect()
+        // Diagnosed only: the last token's candidates are all the diagnosis reads.
+        let keep = super::token_block::Candidates::Last;
+        rows.into_iter()
+            .map(|row| super::read::decode_untexted(row, keep))
+            .collect()
     }
 
     /// Replaces the stored diagnoses of `requests` (request id, arrival) of an instance with

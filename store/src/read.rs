@@ -297,7 +297,7 @@ impl Store {
     /// A stored row as the model: the detail applied, the token block decoded, texts from the
     /// model's vocabulary filled in.
     async fn decode_request(&self, row: StoredRequest) -> Result<Loaded> {
-        let (mut loaded, later) = decode_untexted(row)?;
+        let (mut loaded, later) = decode_untexted(row, token_block::Candidates::All)?;
         self.fill_texts(&mut loaded.trace, later).await?;
         Ok(loaded)
     }
@@ -440,12 +440,15 @@ impl Store {
 
 /// A stored row as the model, as `Store::decode_request` reads it but without the vocabulary's
 /// texts (tokens that are a vocabulary entry have their id and no text); what they would be is
-/// handed back.
-pub(crate) fn decode_untexted(row: StoredRequest) -> Result<(Loaded, TextsLater)> {
+/// handed back. `keep` says whose top-k candidates are decoded.
+pub(crate) fn decode_untexted(
+    row: StoredRequest,
+    keep: token_block::Candidates,
+) -> Result<(Loaded, TextsLater)> {
     let detail = Detail::parse(row.detail)?;
     let (tokens, refs) = match &row.tokens {
         None => (Vec::new(), Vec::new()),
-        Some(block) => token_block::decode(block, row.arrival_ns)?,
+        Some(block) => token_block::decode_keeping(block, row.arrival_ns, keep)?,
     };
     let later = TextsLater {
         model_id: row.model_id,

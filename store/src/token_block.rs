@@ -381,7 +381,27 @@ fn corrupt() -> Error {
 
 /// Decodes a block. Texts stored as vocabulary references come back as `None` and are listed in
 /// the returned refs; [`fill_vocab`] puts them in.
+/// Which tokens' top-k candidates a decode keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Candidates {
+    All,
+    /// The last token's only, the others read past: all the diagnosis reads (it judges the
+    /// end-of-sequence token against the likeliest candidate, every other token by its own
+    /// probability and rank), for the findings worker, which decodes a breached request on every
+    /// pass that touches it (docs/BENCHMARKS.md, keeping up).
+    Last,
+}
+
 pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>)> {
+    decode_keeping(block, base_ns, Candidates::All)
+}
+
+/// [`decode`], keeping the candidates `keep` says.
+pub fn decode_keeping(
+    block: &[u8],
+    base_ns: Nanos,
+    keep: Candidates,
+) -> Result<(Vec<Token>, Vec<VocabRef>)> {
     let mut header = Reader::new(block, "token block");
     if header.u8()? != VERSION {
         return Err(Error::Internal("token block has an unknown version".into()));
@@ -422,6 +442,8 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
 
     let mut tokens = Vec::with_capacity(n.min(1 << 20));
     let mut refs = Vec::new();
+    // Where the candidates of a token not kept are read: one allocation for the block.
+    let mut scratch: Vec<Candidate> = Vec::new();
     let (mut last_emitted, mut last_iteration) = (base_ns, 0i64);
     for i in 0..n {
         let pos = chosen_pos.varint()? as usize;
@@ -461,13 +483,19 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
         let (text, text_is_ref) = get_text(&mut text_state, &mut text)?;
 
         let k = cand_count.varint()? as usize;
-        let mut candidates = Vec::with_capacity(k.min(1024));
+        let kept = keep == Candidates::All || i + 1 == n;
+        let mut candidates = if kept {
+            Vec::with_capacity(k.min(1024))
+        } else {
+            scratch.clear();
+            std::mem::take(&mut scratch)
+        };
         let mut last_q = 0i64;
         for j in 0..k {
             let id = cand_id.id()?;
             last_q = last_q.wrapping_add(cand_logprob.next()? as i64);
             let (text, is_ref) = get_text(&mut cand_text_state, &mut cand_text)?;
-            if let (true, Some(id)) = (is_ref, id) {
+            if let (true, true, Some(id)) = (kept, is_ref, id) {
                 refs.push(VocabRef {
                     token: i,
                     candidate: Some(j),
@@ -492,6 +520,12 @@ pub fn decode(block: &[u8], base_ns: Nanos) -> Result<(Vec<Token>, Vec<VocabRef>
                     .logprob,
             ),
             _ => lp_inline,
+        };
+        let candidates = if kept {
+            candidates
+        } else {
+            scratch = candidates;
+            Vec::new()
         };
         if let (true, Some(id)) = (text_is_ref, chosen) {
             refs.push(VocabRef {
@@ -792,7 +826,16 @@ mod tests {
                 let block = encode(&tokens, BASE, own_texts(|id, text| vocab.get(&id).is_some_and(|v| v == text)));
                 let (mut back, refs) = decode(&block, BASE).unwrap();
                 fill_vocab(&mut back, &refs, |id| vocab.get(&id).map(String::as_str));
-                prop_assert_eq!(back, tokens);
+                prop_assert_eq!(&back, &tokens);
+                // Keeping the last token's candidates only: the same tokens, chosen ids,
+                // logprobs and texts included, without the others' candidates.
+                let (mut lean, refs) = decode_keeping(&block, BASE, Candidates::Last).unwrap();
+                fill_vocab(&mut lean, &refs, |id| vocab.get(&id).map(String::as_str));
+                let last = back.len().saturating_sub(1);
+                for t in &mut back[..last] {
+                    t.candidates.clear();
+                }
+                prop_assert_eq!(lean, back);
             }
         }
     }
