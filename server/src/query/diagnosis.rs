@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use tokenscope_core::analysis::diagnosis::{
-    Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, merge_pd, steps_of,
+    Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, healthy_alone, merge_pd, steps_of,
 };
 use tokenscope_core::model::{Iteration, Nanos, OtherRequest, RequestTrace};
 
@@ -47,14 +47,34 @@ pub(super) async fn together_untexted(
     };
     let mut out = Vec::with_capacity(page.len());
     for (mut l, later) in page {
+        // Only findings quote texts. A request not healthy alone is not healthy beside anything
+        // either (`accuracy::neighbours_never_decide_whether_a_request_is_healthy`): it gets its
+        // texts before its one diagnosis. One healthy alone is diagnosed without them, and again
+        // with them when its steps' speculation finds something.
+        let mut later = Some(later);
+        if !healthy_alone(&l.trace, th) {
+            fill_texts(store, &mut l.trace, &mut later).await?;
+        }
         let mut d = around.diagnose(&l.trace, th);
-        if d.verdict != Verdict::Healthy {
-            store.fill_texts(&mut l.trace, later).await?;
+        if d.verdict != Verdict::Healthy && fill_texts(store, &mut l.trace, &mut later).await? {
             d = around.diagnose(&l.trace, th);
         }
         out.push((l, d));
     }
     Ok(out)
+}
+
+/// Puts a request's vocabulary texts in, unless they are in already; whether it did.
+async fn fill_texts(
+    store: &Store,
+    trace: &mut RequestTrace,
+    later: &mut Option<TextsLater>,
+) -> Result<bool> {
+    let Some(later) = later.take() else {
+        return Ok(false);
+    };
+    store.fill_texts(trace, later).await?;
+    Ok(true)
 }
 
 /// What a page of requests of one instance is diagnosed against: the steps and the neighbours
