@@ -51,30 +51,17 @@ pub(super) async fn together_untexted(
         // either (`accuracy::neighbours_never_decide_whether_a_request_is_healthy`): it gets its
         // texts before its one diagnosis. One healthy alone is diagnosed without them, and again
         // with them when its steps' speculation finds something.
-        let mut later = Some(later);
-        if !healthy_alone(&l.trace, th) {
-            fill_texts(store, &mut l.trace, &mut later).await?;
-        }
-        let mut d = around.diagnose(&l.trace, th);
-        if d.verdict != Verdict::Healthy && fill_texts(store, &mut l.trace, &mut later).await? {
-            d = around.diagnose(&l.trace, th);
-        }
+        let untexted = healthy_alone(&l.trace, th).then(|| around.diagnose(&l.trace, th));
+        let d = match untexted {
+            Some(d) if d.verdict == Verdict::Healthy => d,
+            _ => {
+                store.fill_texts(&mut l.trace, later).await?;
+                around.diagnose(&l.trace, th)
+            }
+        };
         out.push((l, d));
     }
     Ok(out)
-}
-
-/// Puts a request's vocabulary texts in, unless they are in already; whether it did.
-async fn fill_texts(
-    store: &Store,
-    trace: &mut RequestTrace,
-    later: &mut Option<TextsLater>,
-) -> Result<bool> {
-    let Some(later) = later.take() else {
-        return Ok(false);
-    };
-    store.fill_texts(trace, later).await?;
-    Ok(true)
 }
 
 /// What a page of requests of one instance is diagnosed against: the steps and the neighbours
