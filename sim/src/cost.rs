@@ -16,6 +16,9 @@ use tokenscope_core::model::Nanos;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Profile {
     pub name: &'static str,
+    /// The model's name as the simulated engine reports it: the diagnosis knows its shape by
+    /// that name (family and size), and the vocabulary is stored under it.
+    pub model: &'static str,
     /// Model parameters (for 2·params FLOPs per token) and bytes read per step.
     pub params: f64,
     pub weight_bytes: f64,
@@ -37,6 +40,7 @@ pub struct Profile {
 pub const PROFILES: [Profile; 2] = [
     Profile {
         name: "llama-8b-h100",
+        model: "sim/llama-8b (cl100k vocabulary)",
         params: 8.03e9,
         weight_bytes: 16.1e9,
         layers: 32.0,
@@ -50,6 +54,7 @@ pub const PROFILES: [Profile; 2] = [
     },
     Profile {
         name: "llama-70b-4xh100",
+        model: "sim/llama-70b (cl100k vocabulary)",
         params: 70.6e9,
         weight_bytes: 141.2e9,
         layers: 80.0,
@@ -117,6 +122,22 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The diagnosis costs a prompt by the shape it knows the model's name by; the simulated
+    /// engine computes with the profile's own figures. They are the same model.
+    #[test]
+    fn each_profile_is_the_model_the_diagnosis_knows_by_its_name() {
+        use tokenscope_core::model::Architecture;
+        for p in &PROFILES {
+            let a = Architecture::known(p.model).expect("a listed model");
+            assert_eq!(
+                (a.params, f64::from(a.layers), f64::from(a.attention_width)),
+                (p.params, p.layers, p.hidden),
+                "{}",
+                p.name
+            );
+        }
+    }
 
     #[test]
     fn an_8b_model_on_an_h100_has_plausible_step_times() {

@@ -113,7 +113,9 @@ async fn traffic(
     reqs: Vec<SimRequest>,
 ) -> Result<()> {
     let seed = args.seed;
-    let resource = scenarios::resource(&args.instance, Role::Colocated);
+    let mut resource = scenarios::resource(&args.instance, Role::Colocated);
+    // The profile's own model, whose shape the diagnosis then knows by its name.
+    resource.model = profile.model.into();
     let (rx, simulation) = deliver::stream(resource, move |emit| {
         crate::traffic_events(profile, reqs, seed, emit)
     });

@@ -9,7 +9,7 @@ use tokenscope_core::model::{
 
 use crate::Rng;
 use crate::content::{self, Ending};
-use crate::cost::profile;
+use crate::cost::{PROFILES, profile};
 use crate::engine::{self, EngineConfig, Output, SimRequest};
 
 const MS: Nanos = 1_000_000;
@@ -59,11 +59,12 @@ pub struct Scenario {
     pub truth: Truth,
 }
 
+/// A simulated instance of the 8B model (the first profile), which every scenario runs.
 pub fn resource(instance: &str, role: Role) -> Resource {
     Resource {
         engine: EngineKind::Other,
         engine_version: "tokenscope-sim".into(),
-        model: "sim/llama-8b (cl100k vocabulary)".into(),
+        model: PROFILES[0].model.into(),
         instance_id: instance.into(),
         role,
         host: "sim".into(),
@@ -849,6 +850,7 @@ mod tests {
                     let ctx = Context {
                         iterations: steps_of(&out.iterations, r),
                         others: &others,
+                        model: None,
                     };
                     let mut lean = r.clone();
                     let last = lean.tokens.len().saturating_sub(1);

@@ -5,6 +5,7 @@
 //! - a request's `tokens`, when present, number exactly `output_tokens`;
 //! - candidates are in rank order (non-increasing logprob).
 
+pub mod architecture;
 pub mod calendar;
 mod iteration;
 pub mod latency_cells;
@@ -14,6 +15,7 @@ mod resource;
 mod token;
 pub mod validate;
 
+pub use architecture::Architecture;
 pub use iteration::{BatchEntry, Draft, DraftSums, Iteration, Phase, StepLoad};
 pub use request::{
     FinishReason, KvTransfer, MAX_BLOCK_HASHES, OtherRequest, Preemption, PrefillChunk,

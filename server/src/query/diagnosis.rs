@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use tokenscope_core::analysis::diagnosis::{
     Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, healthy_alone, merge_pd, steps_of,
 };
-use tokenscope_core::model::{Iteration, Nanos, OtherRequest, RequestTrace};
+use tokenscope_core::model::{Architecture, Iteration, Nanos, OtherRequest, RequestTrace};
 
 use super::findings::{excess, parse, worst};
 use crate::error::Result;
@@ -17,18 +17,23 @@ use crate::store::{CLOCK_SLACK_NS, Loaded, RequestFilter, Store, Stored, TextsLa
 /// Requests diagnosed together from one read of their surroundings (`GET /api/v1/diagnosis`).
 const PAGE: i64 = 256;
 
-/// Diagnoses requests of one instance (`traces` in arrival order) from one read of the
-/// iterations and neighbours around all of them, instead of three queries per request.
+/// Diagnoses requests of one instance (`traces` in arrival order, each with the name of the
+/// model that served it) from one read of the iterations and neighbours around all of them,
+/// instead of three queries per request.
 pub(super) async fn together(
     store: &Store,
     instance_id: i32,
-    traces: &[&RequestTrace],
+    served: &[(&RequestTrace, &str)],
     th: &Thresholds,
 ) -> Result<Vec<Diagnosis>> {
-    let Some(around) = Surroundings::read(store, instance_id, traces).await? else {
+    let traces: Vec<&RequestTrace> = served.iter().map(|&(t, _)| t).collect();
+    let Some(around) = Surroundings::read(store, instance_id, &traces).await? else {
         return Ok(Vec::new());
     };
-    Ok(traces.iter().map(|t| around.diagnose(t, th)).collect())
+    Ok(served
+        .iter()
+        .map(|&(t, model)| around.diagnose(t, model, th))
+        .collect())
 }
 
 /// [`together`] for a page read without the vocabulary's texts: every request is diagnosed as
@@ -51,12 +56,12 @@ pub(super) async fn together_untexted(
         // either (`accuracy::neighbours_never_decide_whether_a_request_is_healthy`): it gets its
         // texts before its one diagnosis. One healthy alone is diagnosed without them, and again
         // with them when its steps' speculation finds something.
-        let untexted = healthy_alone(&l.trace, th).then(|| around.diagnose(&l.trace, th));
+        let untexted = healthy_alone(&l.trace, th).then(|| around.diagnose(&l.trace, &l.model, th));
         let d = match untexted {
             Some(d) if d.verdict == Verdict::Healthy => d,
             _ => {
                 store.fill_texts(&mut l.trace, later).await?;
-                around.diagnose(&l.trace, th)
+                around.diagnose(&l.trace, &l.model, th)
             }
         };
         out.push((l, d));
@@ -93,7 +98,8 @@ impl Surroundings {
         Ok(Some(Self { iterations, others }))
     }
 
-    fn diagnose(&self, t: &RequestTrace, th: &Thresholds) -> Diagnosis {
+    /// `t` served by the model named `model`, whose shape costs its neighbours' prompts.
+    fn diagnose(&self, t: &RequestTrace, model: &str, th: &Thresholds) -> Diagnosis {
         // Neighbours outside the request's lifetime are harmless: every rule looks only at
         // prefill inside the request's own intervals.
         diagnose(
@@ -101,6 +107,7 @@ impl Surroundings {
             &Context {
                 iterations: steps_of(&self.iterations, t),
                 others: &self.others,
+                model: Architecture::known(model),
             },
             th,
         )
@@ -133,7 +140,7 @@ pub async fn loaded(store: &Store, l: &Loaded, th: &Thresholds) -> Result<Diagno
                 Stored::Pending => {}
             }
         }
-        let mut one = together(store, l.instance_id, &[&l.trace], th).await?;
+        let mut one = together(store, l.instance_id, &[(&l.trace, &l.model)], th).await?;
         return Ok(one.remove(0));
     }
     let mut each = Vec::with_capacity(l.parts.len());
@@ -141,7 +148,11 @@ pub async fn loaded(store: &Store, l: &Loaded, th: &Thresholds) -> Result<Diagno
         // Against its own instance's steps, so on its own clock.
         let mut own = p.trace.clone();
         own.shift(-p.clock_shift_ns);
-        each.push(together(store, p.instance_id, &[&own], th).await?.remove(0));
+        each.push(
+            together(store, p.instance_id, &[(&own, &p.model)], th)
+                .await?
+                .remove(0),
+        );
     }
     let parts: Vec<&RequestTrace> = l.parts.iter().map(|p| &p.trace).collect();
     Ok(merge_pd(&l.trace, &parts, each, th))
@@ -324,13 +335,16 @@ async fn computed(
         after = page
             .last()
             .map(|l| (l.trace.arrival_ns, l.trace.request_id.clone()));
-        let mut by_instance: BTreeMap<i32, Vec<&RequestTrace>> = BTreeMap::new();
+        let mut by_instance: BTreeMap<i32, Vec<(&RequestTrace, &str)>> = BTreeMap::new();
         for l in &page {
-            by_instance.entry(l.instance_id).or_default().push(&l.trace);
+            by_instance
+                .entry(l.instance_id)
+                .or_default()
+                .push((&l.trace, &l.model));
         }
-        for (instance_id, traces) in by_instance {
-            let diagnoses = together(store, instance_id, &traces, th).await?;
-            for (trace, d) in traces.into_iter().zip(diagnoses) {
+        for (instance_id, served) in by_instance {
+            let diagnoses = together(store, instance_id, &served, th).await?;
+            for ((trace, _), d) in served.into_iter().zip(diagnoses) {
                 if d.verdict == Verdict::Degraded {
                     out.push((worst(&d), excess(trace, th), d));
                 }

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::vllm::vllm_export;
+use common::vllm::{vllm_export, vllm_export_serving};
 use common::*;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use tokenscope_core::analysis::metrics::request_metrics;
@@ -323,6 +323,47 @@ async fn a_long_prompt_is_named_from_vllm_request_spans_alone() {
     // Busy traffic: nothing is found in requests whose numbers met the SLOs.
     let wrong = false_findings(&app, &runs, false).await;
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// What a prompt costs depends on the model that served it: attention over a long context weighs
+/// more against a small model's linear layers than a large one's. The same spans, named as
+/// served by Llama-3.1-8B, by a model the diagnosis has no shape for, and by Llama-3.1-70B: a
+/// short prompt's wait is shared with the 96k-token prompt beside it, and the long prompt's
+/// part shrinks in that order (attention evens the linear layers at 31k, 40k and 54k tokens).
+#[tokio::test]
+async fn a_long_prompt_weighs_by_the_model_that_served_it() {
+    let app = spawn_app().await;
+    let lpm = sim::scenarios::build("long-prompt-monopolizes", T0, 1).unwrap();
+    let run = lpm
+        .runs
+        .iter()
+        .find(|r| r.resource.instance_id == "sim-lpm")
+        .unwrap();
+    let models = [
+        ("m8b", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("unlisted", "acme/house-model"),
+        ("m70b", "meta-llama/Llama-3.1-70B-Instruct"),
+    ];
+    let mut client = TraceServiceClient::connect(format!("http://{}", app.running.grpc_addr))
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for (instance, model) in models {
+        let mut run = run.clone();
+        run.resource.instance_id = instance.into();
+        client
+            .export(vllm_export_serving(&[run], model))
+            .await
+            .unwrap();
+        let d = diagnosis(&app, "lpm-short", instance).await;
+        let f = finding(&d, "prefill_monopolized").unwrap_or_else(|| panic!("{model}: {d}"));
+        assert_eq!(culprits(f), ["lpm-long"], "{model}");
+        held.push(f["evidence"]["culprits"][0]["held_ms"].as_f64().unwrap());
+    }
+    assert!(
+        held[0] > held[1] && held[1] > held[2],
+        "held by lpm-long on 8B, unlisted, 70B: {held:?}"
+    );
 }
 
 #[tokio::test]

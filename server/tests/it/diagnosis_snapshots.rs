@@ -4,6 +4,7 @@
 //! `INSTA_UPDATE=always` to rewrite, then read the diff).
 
 use tokenscope_core::analysis::diagnosis::{Context, OtherRequest, Thresholds, diagnose};
+use tokenscope_core::model::Architecture;
 use tokenscope_sim as sim;
 
 const T0: i64 = 1_796_022_000_000_000_000;
@@ -25,6 +26,8 @@ fn scenario_diagnoses_match_their_snapshot() {
                 .unwrap();
             let others: Vec<OtherRequest> =
                 run.output.requests.iter().map(OtherRequest::of).collect();
+            // As the server diagnoses it: the model known by the name the engine reports.
+            let model = Architecture::known(&run.resource.model);
             for id in ids {
                 let r = run
                     .output
@@ -37,6 +40,7 @@ fn scenario_diagnoses_match_their_snapshot() {
                     &Context {
                         iterations: &run.output.iterations,
                         others: &others,
+                        model,
                     },
                     &Thresholds::default(),
                 );
@@ -45,6 +49,7 @@ fn scenario_diagnoses_match_their_snapshot() {
                     &Context {
                         iterations: &[],
                         others: &others,
+                        model,
                     },
                     &Thresholds::default(),
                 );

@@ -332,6 +332,7 @@ mod tests {
             let ctx = Context {
                 iterations: &[],
                 others: &others,
+                model: None,
             };
             let d = diagnose(&waiting(10, 2_500), &ctx, &Thresholds::default());
             let want: Vec<String> = (0..n).map(|k| format!("long{k}")).collect();
@@ -380,6 +381,7 @@ mod tests {
         let ctx = Context {
             iterations: &steps,
             others: &[],
+            model: None,
         };
         let d = diagnose(&waiting(2_420, 2_500), &ctx, &Thresholds::default());
         assert_eq!(culprits(&d), [("prefill_monopolized", vec!["long".into()])]);

@@ -16,6 +16,7 @@ mod words;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::metrics::request_metrics;
+use crate::model::architecture::{self, Architecture};
 use crate::model::{FinishReason, Iteration, Nanos, RequestTrace};
 use first_token::Wait;
 
@@ -184,6 +185,17 @@ pub struct Context<'a> {
     pub iterations: &'a [Iteration],
     /// Other requests on the instance whose lifetime overlaps the request's.
     pub others: &'a [OtherRequest],
+    /// The served model's shape, when its name is a known one: what a prompt's prefill costs
+    /// late in a long prompt against early ([`crate::model::architecture`]).
+    pub model: Option<Architecture>,
+}
+
+impl Context<'_> {
+    /// The context length at which a prompt token's attention costs as much as its linear
+    /// layers on this model.
+    pub fn attention_even_tokens(&self) -> f64 {
+        architecture::attention_even_tokens(self.model.as_ref())
+    }
 }
 
 fn ms(ns: Nanos) -> f64 {
@@ -265,6 +277,7 @@ pub fn healthy_alone(r: &RequestTrace, th: &Thresholds) -> bool {
     let alone = Context {
         iterations: &[],
         others: &[],
+        model: None,
     };
     diagnose(r, &alone, th).verdict == Verdict::Healthy
 }
@@ -612,6 +625,7 @@ mod tests {
         let ctx = Context {
             iterations: &[],
             others,
+            model: None,
         };
         diagnose(r, &ctx, &Thresholds::default())
     }
@@ -880,6 +894,7 @@ mod tests {
         let ctx = Context {
             iterations: &[],
             others: &[],
+            model: None,
         };
         assert_eq!(
             diagnose(&r, &ctx, &th).verdict,

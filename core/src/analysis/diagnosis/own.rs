@@ -256,7 +256,15 @@ mod tests {
     }
 
     fn run(r: &RequestTrace, iterations: &[Iteration], others: &[OtherRequest]) -> Diagnosis {
-        diagnose(r, &Context { iterations, others }, &Thresholds::default())
+        diagnose(
+            r,
+            &Context {
+                iterations,
+                others,
+                model: None,
+            },
+            &Thresholds::default(),
+        )
     }
 
     fn causes(d: &Diagnosis) -> Vec<(&'static str, Vec<String>)> {
@@ -493,6 +501,7 @@ mod tests {
         let ctx = Context {
             iterations: &its,
             others: &[],
+            model: None,
         };
         let d = diagnose(&r, &ctx, &th);
         assert_eq!(

@@ -27,16 +27,13 @@ use crate::model::{Iteration, Nanos, Phase};
 /// The share of the lost time that makes a culprit worth naming.
 pub const MATERIAL: f64 = 0.10;
 
-/// The context length at which a prompt token's attention costs as much as its pass through the
-/// linear layers (parameters / (2 · layers · hidden): 31k tokens for Llama-3.1-8B, 54k for
-/// 70B). A chunk late in a long prompt costs more per token than a short prompt does.
-const ATTENTION_EVEN_TOKENS: f64 = 40_000.0;
-
 /// The compute of a prefill chunk of `n` tokens after `offset` already computed, in units of
-/// one context-free token: the linear layers, and causal attention over everything before.
-pub(super) fn chunk_cost(n: u32, offset: u32) -> f64 {
+/// one context-free token: the linear layers, and causal attention over everything before,
+/// which costs as much as the linear layers at `even` tokens of context
+/// ([`Context::attention_even_tokens`]).
+pub(super) fn chunk_cost(n: u32, offset: u32, even: f64) -> f64 {
     let (n, o) = (f64::from(n), f64::from(offset));
-    n * (1.0 + (o + n / 2.0) / ATTENTION_EVEN_TOKENS)
+    n * (1.0 + (o + n / 2.0) / even)
 }
 
 /// The context's steps as the engine spent its time on them: each step's own time (from the
@@ -196,6 +193,7 @@ impl Shares {
             .steps
             .get_or_insert_with(|| Arc::new(StepTimes::of(ctx.iterations)))
             .clone();
+        let even = ctx.attention_even_tokens();
         let mut covered = from;
         for k in ended {
             let it = &ctx.iterations[k];
@@ -206,15 +204,15 @@ impl Shares {
             }
             let inside = overlap as f64 / (it.end_ns - it.start_ns).max(1) as f64;
             let prefill_part = times.prefill_part(it, k) * overlap as f64;
+            let cost = |e: &crate::model::BatchEntry| chunk_cost(e.tokens, e.prefill_offset, even);
             let weight: f64 = it
                 .batch
                 .iter()
                 .filter(|e| e.phase == Phase::Prefill)
-                .map(|e| chunk_cost(e.tokens, e.prefill_offset))
+                .map(cost)
                 .sum();
             for e in it.batch.iter().filter(|e| e.phase == Phase::Prefill) {
-                let held =
-                    (prefill_part * chunk_cost(e.tokens, e.prefill_offset) / weight) as Nanos;
+                let held = (prefill_part * cost(e) / weight) as Nanos;
                 if *e.request_id == *victim {
                     self.own += held;
                     continue;
@@ -411,6 +409,7 @@ mod tests {
         let ctx = Context {
             iterations: &[],
             others: &others,
+            model: None,
         };
         let mut s = Shares::default();
         s.add("v", 0, 1_000 * MS, &ctx);
@@ -439,6 +438,7 @@ mod tests {
         let ctx = Context {
             iterations: &[],
             others: &others,
+            model: None,
         };
         let mut s = Shares::default();
         s.add("v", 0, 2_000 * MS, &ctx);
@@ -483,6 +483,7 @@ mod tests {
         let ctx = Context {
             iterations: steps,
             others: &[],
+            model: None,
         };
         let mut s = Shares::default();
         s.add("v", from * MS, to * MS, &ctx);
@@ -505,6 +506,7 @@ mod tests {
         let ctx = Context {
             iterations: &steps,
             others: &[],
+            model: None,
         };
         let mut s = Shares::default();
         s.add("v", 40 * MS, 140 * MS, &ctx);
@@ -567,6 +569,7 @@ mod tests {
         let ctx = Context {
             iterations: &[],
             others: &others,
+            model: None,
         };
         let mut s = Shares::for_gaps(&times, &ctx);
         let gap = s.window("v", 180 * MS, 240 * MS, &ctx);
@@ -582,6 +585,7 @@ mod tests {
         let ctx = Context {
             iterations: &[],
             others: &others,
+            model: None,
         };
         let mut s = Shares::default();
         s.add("v", 0, 1_000 * MS, &ctx);

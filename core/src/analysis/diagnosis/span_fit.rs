@@ -83,6 +83,7 @@ pub(super) struct SpanFit {
 
 impl SpanFit {
     pub fn new(ctx: &Context, steps: DecodeSteps) -> Self {
+        let even = ctx.attention_even_tokens();
         let mut intervals: Vec<Interval> =
             ctx.others
                 .iter()
@@ -94,12 +95,12 @@ impl SpanFit {
                             end,
                             tokens: tokens.max(1),
                             other,
-                            intensity: chunk_cost(tokens.max(1), 0) / (end - start) as f64,
+                            intensity: chunk_cost(tokens.max(1), 0, even) / (end - start) as f64,
                         },
                     )
                 })
                 .collect();
-        fit(&mut intervals);
+        fit(&mut intervals, even);
         SpanFit { intervals, steps }
     }
 }
@@ -135,12 +136,15 @@ pub(super) fn segments(
 
 /// Scales each interval's intensity until its time in all (its intensity's part of every
 /// segment it is active in) is its compute's part of the time some interval was active.
-fn fit(intervals: &mut [Interval]) {
+fn fit(intervals: &mut [Interval], even: f64) {
     let segments: Vec<(f64, Vec<usize>)> = segments(intervals, Nanos::MIN, Nanos::MAX)
         .into_iter()
         .map(|(a, b, active)| ((b - a) as f64, active))
         .collect();
-    let cost: Vec<f64> = intervals.iter().map(|i| chunk_cost(i.tokens, 0)).collect();
+    let cost: Vec<f64> = intervals
+        .iter()
+        .map(|i| chunk_cost(i.tokens, 0, even))
+        .collect();
     let busy: f64 = segments.iter().map(|s| s.0).sum();
     let per_cost = busy / cost.iter().sum::<f64>().max(f64::MIN_POSITIVE);
     let mut took = vec![0.0f64; intervals.len()];

@@ -293,6 +293,7 @@ mod tests {
             &Context {
                 iterations: steps,
                 others: &[],
+                model: None,
             },
         )
     }

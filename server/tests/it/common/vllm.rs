@@ -24,7 +24,7 @@ fn seconds(ns: i64) -> Value {
     Value::DoubleValue(ns as f64 / 1e9)
 }
 
-fn span(r: &RequestTrace, n: u64) -> Span {
+fn span(r: &RequestTrace, n: u64, model: &str) -> Span {
     let scheduled = r.first_scheduled_at().unwrap_or(r.arrival_ns);
     let first = r.first_token_at().unwrap_or(r.finished_ns);
     let mut trace_id = [0u8; 16];
@@ -70,17 +70,19 @@ fn span(r: &RequestTrace, n: u64) -> Span {
                     }],
                 }),
             ),
-            kv(
-                "gen_ai.response.model",
-                Value::StringValue("meta-llama/Llama-3.1-8B-Instruct".into()),
-            ),
+            kv("gen_ai.response.model", Value::StringValue(model.into())),
         ],
         ..Span::default()
     }
 }
 
-/// One export with a resource per instance.
+/// One export with a resource per instance, served by Llama-3.1-8B (the simulated model).
 pub fn vllm_export(runs: &[InstanceRun]) -> ExportTraceServiceRequest {
+    vllm_export_serving(runs, "meta-llama/Llama-3.1-8B-Instruct")
+}
+
+/// [`vllm_export`] with every response naming `model`.
+pub fn vllm_export_serving(runs: &[InstanceRun], model: &str) -> ExportTraceServiceRequest {
     let mut n = 0;
     ExportTraceServiceRequest {
         resource_spans: runs
@@ -107,7 +109,7 @@ pub fn vllm_export(runs: &[InstanceRun]) -> ExportTraceServiceRequest {
                         .iter()
                         .map(|r| {
                             n += 1;
-                            span(r, n)
+                            span(r, n, model)
                         })
                         .collect(),
                     ..ScopeSpans::default()
