@@ -39,55 +39,111 @@ pub(super) fn chunk_cost(n: u32, offset: u32, even: f64) -> f64 {
 /// The context's steps as the engine spent its time on them: each step's own time (from the
 /// end of the step before it, when they overlap, to its end: with async scheduling a step starts
 /// before the previous one's output is out, and that part of its span is the other's), and what
-/// a step of decodes alone takes.
+/// a step of decodes alone takes. Each step's batch is read once, here: a decode's gaps are
+/// weighed one by one, and reading a 256-entry batch again for each gap it ends was most of a
+/// saturated instance's diagnosis (docs/BENCHMARKS.md, keeping up).
 #[derive(Debug)]
 struct StepTimes {
-    own: Vec<Nanos>,
-    decode_only: Option<DecodeOnly>,
+    /// Step indices by (end, start), and their ends in that order: the steps that ended inside
+    /// a window are a range of them, found by binary search.
+    by_end: Vec<usize>,
+    ends: Vec<Nanos>,
+    /// Per step: the fraction of its own time its prefills took, and their compute in all.
+    prefill_part: Vec<f64>,
+    weight: Vec<f64>,
+    /// Step `k`'s prefill entries (indices into its batch) are
+    /// `prefills[prefills_from[k]..prefills_from[k + 1]]`.
+    prefills: Vec<u32>,
+    prefills_from: Vec<usize>,
+}
+
+/// One step's batch, counted.
+struct StepSum {
+    prefill_tokens: f64,
+    tokens: f64,
+    decodes: usize,
 }
 
 impl StepTimes {
-    fn of(steps: &[Iteration]) -> Self {
+    fn of(steps: &[Iteration], even: f64) -> Self {
         let mut by_end: Vec<usize> = (0..steps.len()).collect();
         by_end.sort_by_key(|&k| (steps[k].end_ns, steps[k].start_ns));
         let mut own = vec![0; steps.len()];
         let mut before = Nanos::MIN;
-        for k in by_end {
+        for &k in &by_end {
             let it = &steps[k];
             own[k] = (it.end_ns - it.start_ns.max(before)).max(1);
             before = before.max(it.end_ns);
         }
-        let decode_only = DecodeOnly::of(steps, &own);
-        StepTimes { own, decode_only }
+        let mut sums = Vec::with_capacity(steps.len());
+        let mut weight = Vec::with_capacity(steps.len());
+        let (mut prefills, mut prefills_from) = (Vec::new(), vec![0]);
+        for it in steps {
+            let mut sum = StepSum {
+                prefill_tokens: 0.0,
+                tokens: 0.0,
+                decodes: 0,
+            };
+            let mut w = 0.0;
+            for (i, e) in it.batch.iter().enumerate() {
+                sum.tokens += f64::from(e.tokens);
+                if e.phase == Phase::Prefill {
+                    sum.prefill_tokens += f64::from(e.tokens);
+                    w += chunk_cost(e.tokens, e.prefill_offset, even);
+                    prefills.push(i as u32);
+                } else {
+                    sum.decodes += 1;
+                }
+            }
+            prefills_from.push(prefills.len());
+            weight.push(w);
+            sums.push(sum);
+        }
+        let decode_only = DecodeOnly::of(steps, &sums, &own);
+        let prefill_part = sums
+            .iter()
+            .zip(&own)
+            .map(|(sum, &took)| prefill_part(sum, took, decode_only))
+            .collect();
+        let ends = by_end.iter().map(|&k| steps[k].end_ns).collect();
+        StepTimes {
+            by_end,
+            ends,
+            prefill_part,
+            weight,
+            prefills,
+            prefills_from,
+        }
     }
 
-    /// The fraction of step `k`'s own time its prefills took: what it took beyond its decodes
-    /// alone, or without that figure, the prefill tokens' share of the step's tokens.
-    fn prefill_part(&self, it: &Iteration, k: usize) -> f64 {
-        let tokens = |phase: Option<Phase>| -> f64 {
-            it.batch
-                .iter()
-                .filter(|e| phase.is_none_or(|p| e.phase == p))
-                .map(|e| f64::from(e.tokens))
-                .sum()
-        };
-        let prefill = tokens(Some(Phase::Prefill));
-        if prefill == 0.0 {
-            return 0.0;
+    /// The steps that ended inside (from, to], by end.
+    fn ended_in(&self, from: Nanos, to: Nanos) -> &[usize] {
+        let lo = self.ends.partition_point(|&e| e <= from);
+        let hi = self.ends.partition_point(|&e| e <= to).max(lo);
+        &self.by_end[lo..hi]
+    }
+
+    /// Step `k`'s prefill entries, as indices into its batch.
+    fn prefills_of(&self, k: usize) -> &[u32] {
+        &self.prefills[self.prefills_from[k]..self.prefills_from[k + 1]]
+    }
+}
+
+/// The fraction of a step's own time (`took`) its prefills took: what it took beyond its decodes
+/// alone, or without that figure, the prefill tokens' share of the step's tokens.
+fn prefill_part(sum: &StepSum, took: Nanos, decode_only: Option<DecodeOnly>) -> f64 {
+    if sum.prefill_tokens == 0.0 {
+        return 0.0;
+    }
+    let took = took as f64;
+    match decode_only {
+        Some(alone) if sum.decodes > 0 => {
+            ((took - alone.step_ns(sum.decodes)) / took).clamp(0.0, 1.0)
         }
-        let took = self.own[k] as f64;
-        let decodes = it
-            .batch
-            .iter()
-            .filter(|e| e.phase != Phase::Prefill)
-            .count();
-        match self.decode_only {
-            Some(alone) if decodes > 0 => ((took - alone.step_ns(decodes)) / took).clamp(0.0, 1.0),
-            // Prefills alone took the whole step (its fixed costs too: without them it would
-            // not have run).
-            Some(_) => 1.0,
-            None => prefill / tokens(None).max(1.0),
-        }
+        // Prefills alone took the whole step (its fixed costs too: without them it would not
+        // have run).
+        Some(_) => 1.0,
+        None => sum.prefill_tokens / sum.tokens.max(1.0),
     }
 }
 
@@ -103,13 +159,13 @@ struct DecodeOnly {
 }
 
 impl DecodeOnly {
-    fn of(steps: &[Iteration], own: &[Nanos]) -> Option<Self> {
+    fn of(steps: &[Iteration], sums: &[StepSum], own: &[Nanos]) -> Option<Self> {
         let alone: Vec<(f64, f64)> = steps
             .iter()
+            .zip(sums)
             .zip(own)
-            .filter(|(it, _)| !it.batch.is_empty())
-            .filter(|(it, _)| it.batch.iter().all(|e| e.phase != Phase::Prefill))
-            .map(|(it, &own)| (it.batch.len() as f64, own as f64))
+            .filter(|((it, sum), _)| !it.batch.is_empty() && sum.decodes == it.batch.len())
+            .map(|((it, _), &own)| (it.batch.len() as f64, own as f64))
             .collect();
         if alone.len() < 3 {
             return None;
@@ -185,17 +241,13 @@ impl Shares {
     }
 
     fn add_steps(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) {
-        let mut ended: Vec<usize> = (0..ctx.iterations.len())
-            .filter(|&k| ctx.iterations[k].end_ns > from && ctx.iterations[k].end_ns <= to)
-            .collect();
-        ended.sort_by_key(|&k| (ctx.iterations[k].end_ns, ctx.iterations[k].start_ns));
+        let even = ctx.attention_even_tokens();
         let times = self
             .steps
-            .get_or_insert_with(|| Arc::new(StepTimes::of(ctx.iterations)))
+            .get_or_insert_with(|| Arc::new(StepTimes::of(ctx.iterations, even)))
             .clone();
-        let even = ctx.attention_even_tokens();
         let mut covered = from;
-        for k in ended {
+        for &k in times.ended_in(from, to) {
             let it = &ctx.iterations[k];
             let overlap = (it.end_ns - it.start_ns.max(covered)).max(0);
             covered = covered.max(it.end_ns);
@@ -203,16 +255,10 @@ impl Shares {
                 continue;
             }
             let inside = overlap as f64 / (it.end_ns - it.start_ns).max(1) as f64;
-            let prefill_part = times.prefill_part(it, k) * overlap as f64;
-            let cost = |e: &crate::model::BatchEntry| chunk_cost(e.tokens, e.prefill_offset, even);
-            let weight: f64 = it
-                .batch
-                .iter()
-                .filter(|e| e.phase == Phase::Prefill)
-                .map(cost)
-                .sum();
-            for e in it.batch.iter().filter(|e| e.phase == Phase::Prefill) {
-                let held = (prefill_part * cost(e) / weight) as Nanos;
+            let prefill_part = times.prefill_part[k] * overlap as f64;
+            for e in times.prefills_of(k).iter().map(|&i| &it.batch[i as usize]) {
+                let cost = chunk_cost(e.tokens, e.prefill_offset, even);
+                let held = (prefill_part * cost / times.weight[k]) as Nanos;
                 if *e.request_id == *victim {
                     self.own += held;
                     continue;
