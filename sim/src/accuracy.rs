@@ -543,9 +543,9 @@ pub fn run(seeds: u64, model_unknown: bool) -> Vec<(Shape, Report)> {
             let mut cfg = s.cfg.clone();
             cfg.ledger_gaps_over = Some((th.stall_ms * 1e6) as Nanos);
             let (out, ledgers) = engine::run_with_ledgers(&cfg, reqs, &mut rng, 1);
+            let model = Architecture::known(cfg.profile.model).filter(|_| !model_unknown);
             for (shape, report) in shapes.iter().zip(&mut reports) {
                 let (traces, steps) = shaped(*shape, &out.requests, &out.iterations);
-                let model = Architecture::known(cfg.profile.model).filter(|_| !model_unknown);
                 let diagnoses = diagnose_all(&traces, &steps, model, &th);
                 for ((r, l), d) in out.requests.iter().zip(&ledgers).zip(&diagnoses) {
                     report.score(r, l, d, &th);

@@ -32,7 +32,7 @@ pub(super) async fn together(
     };
     Ok(served
         .iter()
-        .map(|&(t, model)| around.diagnose(t, model, th))
+        .map(|&(t, model)| around.diagnose(t, Architecture::known(model), th))
         .collect())
 }
 
@@ -56,12 +56,13 @@ pub(super) async fn together_untexted(
         // either (`accuracy::neighbours_never_decide_whether_a_request_is_healthy`): it gets its
         // texts before its one diagnosis. One healthy alone is diagnosed without them, and again
         // with them when its steps' speculation finds something.
-        let untexted = healthy_alone(&l.trace, th).then(|| around.diagnose(&l.trace, &l.model, th));
+        let model = Architecture::known(&l.model);
+        let untexted = healthy_alone(&l.trace, th).then(|| around.diagnose(&l.trace, model, th));
         let d = match untexted {
             Some(d) if d.verdict == Verdict::Healthy => d,
             _ => {
                 store.fill_texts(&mut l.trace, later).await?;
-                around.diagnose(&l.trace, &l.model, th)
+                around.diagnose(&l.trace, model, th)
             }
         };
         out.push((l, d));
@@ -98,8 +99,14 @@ impl Surroundings {
         Ok(Some(Self { iterations, others }))
     }
 
-    /// `t` served by the model named `model`, whose shape costs its neighbours' prompts.
-    fn diagnose(&self, t: &RequestTrace, model: &str, th: &Thresholds) -> Diagnosis {
+    /// `t`, served by a model of shape `model` (when its name is known), which costs its
+    /// neighbours' prompts.
+    fn diagnose(
+        &self,
+        t: &RequestTrace,
+        model: Option<Architecture>,
+        th: &Thresholds,
+    ) -> Diagnosis {
         // Neighbours outside the request's lifetime are harmless: every rule looks only at
         // prefill inside the request's own intervals.
         diagnose(
@@ -107,7 +114,7 @@ impl Surroundings {
             &Context {
                 iterations: steps_of(&self.iterations, t),
                 others: &self.others,
-                model: Architecture::known(model),
+                model,
             },
             th,
         )

@@ -51,9 +51,9 @@ struct StepTimes {
     /// Per step: the fraction of its own time its prefills took, and their compute in all.
     prefill_part: Vec<f64>,
     weight: Vec<f64>,
-    /// Step `k`'s prefill entries (indices into its batch) are
+    /// Step `k`'s prefill entries (each an index into its batch, with its compute) are
     /// `prefills[prefills_from[k]..prefills_from[k + 1]]`.
-    prefills: Vec<u32>,
+    prefills: Vec<(u32, f64)>,
     prefills_from: Vec<usize>,
 }
 
@@ -89,8 +89,9 @@ impl StepTimes {
                 sum.tokens += f64::from(e.tokens);
                 if e.phase == Phase::Prefill {
                     sum.prefill_tokens += f64::from(e.tokens);
-                    w += chunk_cost(e.tokens, e.prefill_offset, even);
-                    prefills.push(i as u32);
+                    let cost = chunk_cost(e.tokens, e.prefill_offset, even);
+                    w += cost;
+                    prefills.push((i as u32, cost));
                 } else {
                     sum.decodes += 1;
                 }
@@ -123,8 +124,8 @@ impl StepTimes {
         &self.by_end[lo..hi]
     }
 
-    /// Step `k`'s prefill entries, as indices into its batch.
-    fn prefills_of(&self, k: usize) -> &[u32] {
+    /// Step `k`'s prefill entries, as indices into its batch, each with its compute.
+    fn prefills_of(&self, k: usize) -> &[(u32, f64)] {
         &self.prefills[self.prefills_from[k]..self.prefills_from[k + 1]]
     }
 }
@@ -241,10 +242,11 @@ impl Shares {
     }
 
     fn add_steps(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) {
-        let even = ctx.attention_even_tokens();
         let times = self
             .steps
-            .get_or_insert_with(|| Arc::new(StepTimes::of(ctx.iterations, even)))
+            .get_or_insert_with(|| {
+                Arc::new(StepTimes::of(ctx.iterations, ctx.attention_even_tokens()))
+            })
             .clone();
         let mut covered = from;
         for &k in times.ended_in(from, to) {
@@ -256,8 +258,8 @@ impl Shares {
             }
             let inside = overlap as f64 / (it.end_ns - it.start_ns).max(1) as f64;
             let prefill_part = times.prefill_part[k] * overlap as f64;
-            for e in times.prefills_of(k).iter().map(|&i| &it.batch[i as usize]) {
-                let cost = chunk_cost(e.tokens, e.prefill_offset, even);
+            for &(i, cost) in times.prefills_of(k) {
+                let e = &it.batch[i as usize];
                 let held = (prefill_part * cost / times.weight[k]) as Nanos;
                 if *e.request_id == *victim {
                     self.own += held;
