@@ -80,7 +80,8 @@ class RequestRecord:
     # block size, the first block hashes as 64-bit values, the chain's length), or None.
     prefix: tuple | None = None
     # PD decode side: the tokens that came with the KV cache from the prefill instance (its first
-    # token, made there), and when they arrived here; the KV transfer's (start, end) in ns.
+    # token, made there), and when they arrived here; the KV transfer's (start, end) in ns, or
+    # (start, end, bytes, blocks) (0: not known).
     handoff: int = 0
     handoff_ns: int = 0
     kv_transfer: tuple | None = None

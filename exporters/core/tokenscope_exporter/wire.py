@@ -300,8 +300,9 @@ def request(r) -> bytes:
         p = uint(1, at) + uint(2, resumed) + uint(3, int(recompute)) + string(4, aggressor) + uint(5, recompute_tokens)
         out.append(message(14, p))
     if r.kv_transfer is not None:
-        start, end = r.kv_transfer
-        out.append(message(15, uint(1, start) + uint(2, end)))
+        # (start, end) or (start, end, bytes, blocks): 0 is not known.
+        start, end, size, blocks = (*r.kv_transfer, 0, 0)[:4]
+        out.append(message(15, uint(1, start) + uint(2, end) + uint(3, size) + uint(4, blocks)))
     out.append(message(16, _sampling(r.sampling)))
     out.append(message(17, _tokens(r)))
     out.append(string(18, r.lora_adapter))

@@ -33,6 +33,7 @@ CHUNK = 256
 # The first token of a PD request, made on the prefill instance.
 HANDOFF = 77
 TARGET = "sglang.srt.managers.scheduler.Scheduler"
+ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
 
 
 @dataclass
@@ -44,6 +45,9 @@ class Run:
     made: dict = field(default_factory=dict)
     retracted: list = field(default_factory=list)
     aborted: list = field(default_factory=list)
+    # Priority preemption: victim id -> (the request it made room for, the tokens it had: its
+    # prompt and output, all of which it computes again).
+    preempted: dict = field(default_factory=dict)
 
 
 # --- the model's side of the three hooked methods --------------------------------------------------
@@ -87,6 +91,34 @@ def _process_batch_result(self, batch, result):
         req.update_finish_state()
 
 
+def _preempt_to_schedule(self, req) -> bool:
+    """`PrefillAdder.preempt_to_schedule` as SGLang 0.5.23 does it, on this harness's KV
+    accounting (`self.harness`: the scheduler): running requests of a lower priority, lowest and
+    newest first, released (their KV freed, `Req.reset_for_retract`) until the request fits;
+    each appended to `preempt_list`, and the running batch filtered. False, evicting no one, when
+    they would not make room."""
+    s, need = self.harness
+    order = {id(r): i for i, r in enumerate(self.running_batch.reqs)}  # later: newer
+    lower = sorted(
+        (r for r in self.running_batch.reqs if (r.priority or 0) < (req.priority or 0)), key=lambda r: (r.priority or 0, -order[id(r)])
+    )
+    free = s.max_total_num_tokens - sum(s.kv.values())
+    victims = []
+    for r in lower:
+        if free >= need:
+            break
+        victims.append(r)
+        free += s.kv.get(r.rid, 0)
+    if not victims or free < need:
+        return False
+    for r in victims:
+        s.kv.pop(r.rid, None)
+        r.reset_for_retract()
+    self.preempt_list.extend(victims)
+    self.running_batch.reqs = [r for r in self.running_batch.reqs if r not in victims]
+    return True
+
+
 def _event_loop(self):
     arrivals, kwargs = self.scenario
     self.run = drive(self, arrivals, **kwargs)
@@ -107,6 +139,7 @@ def install_plugins() -> None:
     HookRegistry.register(f"{TARGET}.run_batch", _run_batch, HookType.REPLACE)
     HookRegistry.register(f"{TARGET}.process_batch_result", _process_batch_result, HookType.REPLACE)
     HookRegistry.register(f"{TARGET}.run_event_loop", _event_loop, HookType.REPLACE)
+    HookRegistry.register(f"{ADDER}.preempt_to_schedule", _preempt_to_schedule, HookType.REPLACE)
     load_plugins()
 
 
@@ -203,7 +236,7 @@ def drive(
         if s.disaggregation_mode == DisaggregationMode.DECODE:
             batch = _prebuilt_batch(s)
         else:
-            batch = _prefill_batch(s, running, chunked, done_prefill, mixed_from is not None and n >= mixed_from)
+            batch = _prefill_batch(s, running, chunked, done_prefill, mixed_from is not None and n >= mixed_from, run)
         if batch is None and running:
             _retract_if_full(s, running, run)
             batch = ScheduleBatch(reqs=list(running), forward_mode=ForwardMode.DECODE)
@@ -243,8 +276,9 @@ def _process(s, batch, result, running: list, run: Run) -> None:
     running[:] = [r for r in running if r.finished_reason is None]
 
 
-def _prefill_batch(s, running, chunked, done_prefill, mixed):
-    """The next prefill: the chunked request's next chunk, else waiting requests that fit."""
+def _prefill_batch(s, running, chunked, done_prefill, mixed, run):
+    """The next prefill: the chunked request's next chunk, else waiting requests that fit (with
+    priority preemption on, evicting running requests of a lower priority to fit)."""
     queue = [chunked] if chunked is not None else list(s.waiting_queue)
     if not queue:
         return None
@@ -253,7 +287,8 @@ def _prefill_batch(s, running, chunked, done_prefill, mixed):
         need = len(req.origin_input_ids) + len(req.output_ids)  # a resumed one recomputes its output
         before = done_prefill.get(req.rid, 0)
         if before == 0 and s.max_total_num_tokens - sum(s.kv.values()) < need + len(running):
-            break  # no room for the whole prompt: decode on
+            if not _preempt_for(s, req, need + len(running), running, run):
+                break  # no room for the whole prompt: decode on
         take = min(need - before, budget)
         if take <= 0:
             break
@@ -293,6 +328,26 @@ def _prefill_batch(s, running, chunked, done_prefill, mixed):
         chunked_req=next_chunked,
         decoding_reqs=decoding,
     )
+
+
+def _preempt_for(s, req, need: int, running: list, run: Run) -> bool:
+    """With `s.enable_priority_preemption`, as SGLang's `get_new_batch_prefill`: a prefill adder
+    over the running batch is asked to preempt for `req`; what it evicted leaves the running
+    requests and is queued again."""
+    if not getattr(s, "enable_priority_preemption", False):
+        return False
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+
+    adder = PrefillAdder.__new__(PrefillAdder)
+    adder.running_batch, adder.preempt_list, adder.harness = ScheduleBatch(reqs=list(running)), [], (s, need)
+    had = {r.rid: len(r.origin_input_ids) + len(r.output_ids) for r in running}
+    if not adder.preempt_to_schedule(req):
+        return False
+    for victim in adder.preempt_list:
+        running.remove(victim)
+        run.preempted[victim.rid] = (req.rid, had[victim.rid])
+        s._add_request_to_queue(victim)
+    return True
 
 
 def _prebuilt_batch(s):

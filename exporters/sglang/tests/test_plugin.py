@@ -150,7 +150,9 @@ def test_retraction_is_recorded(scenario):
     for rid in set(run.retracted):
         d = api(f"/api/v1/requests/{urllib.parse.quote(rid)}", instance=instance)
         assert d["preemptions"] >= 1, rid
-        assert any(s["kind"] == "preempted" for s in d["stages"]), d["stages"]
+        retracted = [s for s in d["stages"] if s["kind"] == "preempted"]
+        # Made room for no one request; it computes its prompt and output again.
+        assert retracted and all("by" not in s and s["tokens"] > d["prompt_tokens"] for s in retracted), d["stages"]
 
 
 def test_diagnosis_names_the_long_prompt(scenario):
@@ -163,6 +165,30 @@ def test_diagnosis_names_the_long_prompt(scenario):
             victims.append(rid)
             assert "long" in causes["prefill_interrupted_decode"]["culprits"], causes
     assert victims, "no short request was found held back by the long prompt's prefill"
+
+
+def test_a_priority_preemption_names_the_request_it_made_room_for(plugins):
+    """With priority scheduling and preemption, an urgent request that does not fit evicts
+    running requests of a lower priority: each victim's preemption names it, with the tokens the
+    victim computes again (its prompt and what it had made: SGLang frees all of its KV)."""
+    instance = f"sglang-priority-{os.getpid()}-{time.time_ns()}"
+    engine.start(instance, GRPC)
+    s = engine.make_scheduler(kv_tokens=1000)
+    s.enable_priority_preemption = True
+    arrivals = {
+        0: [engine.make_request(f"low-{i}", 250, 60, priority=0) for i in range(3)],
+        6: [engine.make_request("urgent", 400, 10, priority=5)],
+    }
+    run = engine.serve(s, arrivals)
+    assert run.preempted and {by for by, _ in run.preempted.values()} == {"urgent"}, run.preempted
+    assert engine.exporter(s).stats()["record_errors"] == 0
+    for rid, (by, had) in run.preempted.items():
+        d = api(f"/api/v1/requests/{rid}", instance=instance)
+        assert [t["token_id"] for t in d["tokens"]] == run.tokens[rid], rid
+        preempted = [st for st in d["stages"] if st["kind"] == "preempted"]
+        assert [(st.get("by"), st["tokens"]) for st in preempted] == [(by, had)], d["stages"]
+    urgent = api("/api/v1/requests/urgent", instance=instance)
+    assert not [st for st in urgent["stages"] if st["kind"] == "preempted"], urgent["stages"]
 
 
 def test_a_pd_decode_part_finishes_with_its_handoff_token(plugins):

@@ -11,6 +11,12 @@
   that keeps `forward_iter`.
 - `run_event_loop()`: when it returns (a graceful shutdown), what is buffered is sent before the
   process exits. SGLang's scheduler processes end with `os._exit`, which skips `atexit`.
+- `PrefillAdder.preempt_to_schedule(req)` (`managers/schedule_policy.py`, with
+  `--enable-priority-scheduling` and preemption): when it returns True it has evicted running
+  requests of a lower priority, appended to its `preempt_list`, to make room for `req`; the
+  scheduler then queues them again. (A decode retraction, `ScheduleBatch.retract_decode`, makes
+  room for no one request: the running batch's next tokens did not fit. Its requests are
+  preempted by no one.)
 
 Each hook calls SGLang's method and hands references to what SGLang built anyway to the exporter's
 buffer: a clock read, a tuple of the batch's requests, an append. Everything else happens on the
@@ -37,6 +43,11 @@ TESTED = ("0.5.23",)
 SHUTDOWN_S = float(os.environ.get("TOKENSCOPE_SHUTDOWN_S", "1.0"))
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+PREFILL_ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
+
+# The exporter of this process's scheduler, for the hooks on objects that hold no reference to it
+# (the prefill adder): SGLang runs one scheduler per process.
+_process = OFF
 
 
 def register() -> None:
@@ -49,6 +60,7 @@ def register() -> None:
     HookRegistry.register(f"{SCHEDULER}.process_batch_result", _process_batch_result, HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.run_event_loop", _event_loop, HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}._release_aborted_request", _aborted, HookType.AROUND)
+    HookRegistry.register(f"{PREFILL_ADDER}.preempt_to_schedule", _preempting, HookType.AROUND)
 
 
 def _queued(original, self, req, *args, **kwargs):
@@ -87,6 +99,19 @@ def _process_batch_result(original, self, batch, *args, **kwargs):
             ts.push(("processed", batch.forward_iter, time.time_ns()))
         except Exception as e:
             ts.fault("process_batch_result", e)
+    return out
+
+
+def _preempting(original, self, req, *args, **kwargs):
+    before = len(getattr(self, "preempt_list", ()))
+    out = original(self, req, *args, **kwargs)
+    ts = _process
+    if out and ts.on:
+        try:
+            # The requests this call evicted, and the one they made room for.
+            ts.push(("preempting", req.rid, tuple(q.rid for q in self.preempt_list[before:]), time.time_ns()))
+        except Exception as e:
+            ts.fault("preempt_to_schedule", e)
     return out
 
 
@@ -136,6 +161,7 @@ def _kv_usage(self) -> float:
 def _exporter_of(self):
     """The scheduler's exporter, made on first use; `OFF` on the ranks that do not export, or when
     it could not start."""
+    global _process
     ts = self.__dict__.get("_tokenscope")
     if ts is None:
         try:
@@ -143,7 +169,7 @@ def _exporter_of(self):
         except Exception:  # no traces rather than no engine
             log.exception("tokenscope: exporter not started")
             ts = OFF
-        self.__dict__["_tokenscope"] = ts
+        self.__dict__["_tokenscope"] = _process = ts
     return ts
 
 

@@ -69,6 +69,9 @@ class Record(RequestRecord):
 
     # SGLang's own request: its output ids and finish reason are read when it is done.
     req: object = None
+    # Once preempted by priority (`Recorder.preempting`), until it resumes: the request it made
+    # room for.
+    preempted_for: str = ""
 
 
 @dataclass
@@ -144,6 +147,14 @@ class Recorder:
             lora_adapter=getattr(req, "lora_id", None) or "",
             priority=getattr(req, "priority", None),
         )
+
+    def preempting(self, aggressor: str, victims: tuple, at_ns: int) -> None:
+        """Priority preemption: SGLang evicted `victims` to make room for `aggressor` (they are
+        queued again next, which is when they count as preempted)."""
+        for rid in victims:
+            r = self.records.get(rid)
+            if r is not None:
+                r.preempted_for = aggressor
 
     def aborted(self, req, at_ns: int) -> None:
         """A request left without finishing (aborted while it waited, refused by the queue)."""
@@ -248,9 +259,11 @@ class Recorder:
                 r.first_iteration = it
                 r.cached_tokens = before  # the prefix cache's hit
             elif r.preempted_ns:
-                # SGLang frees a retracted request's KV and prefills prompt and output again.
-                r.preemptions.append((r.preempted_ns, start_ns, True, "", 0))
-                r.preempted_ns = 0
+                # SGLang frees a retracted or preempted request's KV and prefills its prompt and
+                # output again, but for what the prefix cache still holds (`before`).
+                again = r.prompt_tokens + r.handoff + len(self.window.making(r)) - before
+                r.preemptions.append((r.preempted_ns, start_ns, True, r.preempted_for, max(again, 0)))
+                r.preempted_ns, r.preempted_for = 0, ""
             entries.append(refs.entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
             prefills.append((r, tokens))
             if req is chunked_req:
@@ -308,6 +321,8 @@ class Recorder:
         if n and type(reason).__name__ == "FINISH_MATCHED_TOKEN":
             r.special = stopped_by_last(n)  # stopped by EOS or a stop token: the last one
         r.prefix = self._prefix(r, req)
+        if r.preempted_ns:  # preempted and never resumed
+            r.preemptions.append((r.preempted_ns, 0, True, r.preempted_for, 0))
         r.kv_transfer = self._kv_transfer(req)
         r.close(making, at_ns, self.texts)
         self.requests_out.append(wire.request(r))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
 from collections import deque
@@ -57,9 +58,12 @@ def model_dir() -> str:
     return d
 
 
-def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=1000, log_stats=True, spec_tokens=0):
+def make_scheduler(
+    cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=1000, log_stats=True, spec_tokens=0, pd_decode=False
+):
     """`spec_tokens`: speculative decoding with that many draft tokens a step (vLLM's n-gram
-    method's config: the scheduler only needs the count; `drive` makes the drafts)."""
+    method's config: the scheduler only needs the count; `drive` makes the drafts). `pd_decode`:
+    a PD decode instance, its prompts' KV caches loaded by a KV connector (`remote_kv`)."""
     sc = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -81,8 +85,18 @@ def make_scheduler(cls, max_num_seqs=16, max_num_batched_tokens=256, num_blocks=
             target_model_config=mc,
             target_parallel_config=ParallelConfig(),
         )
+    kv_transfer = None
+    if pd_decode:
+        from vllm.config import KVTransferConfig
+
+        kv_transfer = KVTransferConfig(kv_connector="RemotePrefill", kv_role="kv_consumer", kv_connector_module_path="remote_kv")
     vc = VllmConfig(
-        scheduler_config=sc, model_config=mc, cache_config=cc, device_config=DeviceConfig(device="cpu"), speculative_config=spec
+        scheduler_config=sc,
+        model_config=mc,
+        cache_config=cc,
+        device_config=DeviceConfig(device="cpu"),
+        speculative_config=spec,
+        kv_transfer_config=kv_transfer,
     )
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
@@ -114,11 +128,20 @@ def block_hasher():
 
 
 def make_request(
-    request_id: str, prompt_len: int, max_tokens: int, logprobs: int | None = None, prompt: list | None = None, **kwargs
+    request_id: str,
+    prompt_len: int,
+    max_tokens: int,
+    logprobs: int | None = None,
+    prompt: list | None = None,
+    remote_prefill: bool = False,
+    **kwargs,
 ) -> Request:
     """A request as vLLM's engine core makes it (block hashes included); `kwargs`: `Request`'s own
-    (`lora_request`, `priority`, `trace_headers`)."""
+    (`lora_request`, `priority`, `trace_headers`). `remote_prefill`: prefilled on a PD prefill
+    instance, as vLLM's PD proxy hands it to the decode instance (`kv_transfer_params`)."""
     sp = SamplingParams(max_tokens=max_tokens, logprobs=logprobs, temperature=0.7, ignore_eos=False)
+    if remote_prefill:
+        sp.extra_args = {"kv_transfer_params": {"do_remote_prefill": True, "remote_engine_id": "prefill-0"}}
     # What vLLM's input processing does with the model's generation config.
     sp.update_from_generation_config({}, eos_token_id=EOS)
     return Request(
@@ -195,6 +218,11 @@ def drive(
         if not queue:
             if not arrivals and not scheduler.has_requests():
                 break
+            if scheduler.connector is not None and scheduler.has_requests():
+                # Only KV loads in flight: vLLM's workers still run the step, and report the
+                # loads that are done.
+                time.sleep(decode_s)
+                scheduler.update_from_output(so, model_runner_output([], [], None))
             step += 1  # nothing to run: time passes until the next arrival
             continue
         so, ids, samples, done_at = queue.pop()
@@ -263,6 +291,12 @@ def _model_output(
 
 def model_runner_output(ids: list, sampled: list, logprobs) -> ModelRunnerOutput:
     """vLLM's `ModelRunnerOutput`: 0.33 is also given the index of each request id, which 0.34
-    derives."""
+    derives. With a KV connector (`remote_kv`), the loads the workers finished by now."""
     index = {"req_id_to_index": {rid: i for i, rid in enumerate(ids)}} if "req_id_to_index" in ModelRunnerOutput.__dataclass_fields__ else {}
-    return ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, logprobs=logprobs, **index)
+    kv = None
+    if "remote_kv" in sys.modules:
+        from vllm.v1.outputs import KVConnectorOutput
+
+        received = sys.modules["remote_kv"].RemotePrefill.received()
+        kv = KVConnectorOutput(finished_recving=received) if received else None
+    return ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, logprobs=logprobs, kv_connector_output=kv, **index)

@@ -263,6 +263,47 @@ def test_speculative_decoding_drafts_and_accepted_per_step_and_token():
     assert all([c["token_id"] for c in t["candidates"]] == [1000, 1001, 1002] for t in lp), lp[:3]
 
 
+def test_a_pd_decode_request_waits_for_its_kv_cache():
+    """On a PD decode instance vLLM's KV connector loads each prompt's KV cache from the prefill
+    instance: the transfer is a stage as long as the connector took, with the blocks vLLM
+    allocated for it, and a transfer past its threshold is what the diagnosis names."""
+    import remote_kv
+    import tokenscope_vllm
+
+    instance = f"vllm-pd-decode-{os.getpid()}-{time.time_ns()}"
+    os.environ["TOKENSCOPE_ENDPOINT"] = GRPC
+    os.environ["TOKENSCOPE_INSTANCE"] = instance
+    remote_kv.RemotePrefill.took = {"pd-fast": 0.05, "pd-slow": 0.6}
+    s = engine.make_scheduler(tokenscope_vllm.TracingScheduler, pd_decode=True)
+    arrivals = {
+        0: [engine.make_request("pd-fast", 300, 8, remote_prefill=True)],
+        2: [engine.make_request("pd-slow", 200, 8, remote_prefill=True), engine.make_request("local", 40, 8)],
+    }
+    run = engine.drive(s, arrivals, decode_s=0.002)
+    assert s.tokenscope.flush(timeout_s=20), s.tokenscope.stats()
+    s.tokenscope.close()
+    for rid, prompt, took in (("pd-fast", 300, 0.05), ("pd-slow", 200, 0.6)):
+        d = api(f"/api/v1/requests/{rid}", instance=instance)
+        assert d["role"] == "decode" and [t["token_id"] for t in d["tokens"]] == run.tokens[rid], d
+        kv = [st for st in d["stages"] if st["kind"] == "kv_transfer"]
+        assert len(kv) == 1, d["stages"]
+        ms = (kv[0]["end_ns"] - kv[0]["start_ns"]) / 1e6
+        # All but the prompt's last token came from the prefill instance, in whole blocks.
+        assert kv[0]["blocks"] == -(-(prompt - 1) // engine.BLOCK), kv[0]
+        assert took * 1000 <= ms <= took * 1000 + 250, (rid, ms)
+        first = d["stages"].index(kv[0])
+        assert all(st["start_ns"] >= kv[0]["end_ns"] for st in d["stages"][first + 1 :] if st["kind"] != "queued"), d["stages"]
+        # Prefilled there: here it computes its prompt's last token again, to sample from.
+        assert sum(st["tokens"] for st in d["stages"] if st["kind"] == "prefill") == 1, d["stages"]
+    local = api("/api/v1/requests/local", instance=instance)
+    assert not [st for st in local["stages"] if st["kind"] == "kv_transfer"], local["stages"]
+    slow = api("/api/v1/requests/pd-slow/diagnosis", instance=instance, ttft_ms=300, kv_transfer_ms=300)
+    causes = [f["cause"] for f in slow["findings"]]
+    assert causes[:1] == ["kv_transfer_slow"], slow["findings"]
+    fast = api("/api/v1/requests/pd-fast/diagnosis", instance=instance, ttft_ms=300, kv_transfer_ms=300)
+    assert "kv_transfer_slow" not in [f["cause"] for f in fast["findings"]], fast["findings"]
+
+
 def test_a_tokenscope_that_is_down_costs_drops_not_the_engine():
     os.environ["TOKENSCOPE_ENDPOINT"] = "127.0.0.1:9"
     os.environ["TOKENSCOPE_INSTANCE"] = "nowhere"

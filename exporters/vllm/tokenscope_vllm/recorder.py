@@ -239,6 +239,24 @@ class Recorder:
         if r is not None:
             r.preempted_for = (aggressor, recompute_tokens)
 
+    def kv_loading(self, req_id: str, tokens: int, at_ns: int) -> None:
+        """A KV connector started loading the request's KV cache (`tokens` of it; 0: not known):
+        on a PD decode instance, its prompt's, from the prefill instance. Blocks are what vLLM
+        allocated for them; bytes are left unknown: how they split across the workers (and,
+        with MLA, whether each worker receives all of them) is the connector's, not the
+        scheduler's."""
+        r = self.records.get(req_id)
+        if r is not None:
+            blocks = -(-tokens // self.block_size) if tokens > 0 else 0
+            r.kv_transfer = (at_ns, 0, 0, blocks)
+
+    def kv_loaded(self, req_id: str, at_ns: int) -> None:
+        """The workers reported the request's KV cache received."""
+        r = self.records.get(req_id)
+        if r is not None and r.kv_transfer is not None and not r.kv_transfer[1]:
+            start, _, size, blocks = r.kv_transfer
+            r.kv_transfer = (start, max(at_ns, start), size, blocks)
+
     def scheduled(self, so, start_ns: int, running: int, waiting: int, kv_usage: float) -> None:
         """A `SchedulerOutput`: which requests run in the step and what each computes."""
         records = self.records
@@ -472,4 +490,8 @@ class Recorder:
         if r.preempted_ns:  # preempted and never resumed
             r.preemptions.append((r.preempted_ns, 0, True, *r.preempted_for))
         r.close(making, at_ns, self.texts)
+        if r.kv_transfer is not None and not r.kv_transfer[1]:
+            # Finished (aborted) while its KV cache was still on the way: it waited until then.
+            start, _, size, blocks = r.kv_transfer
+            r.kv_transfer = (start, max(r.finished_ns, start), size, blocks)
         self.requests_out.append(wire.request(r))

@@ -183,10 +183,39 @@ class _Tracing:
                 ts.fault("_preempt_request", e)
         return out
 
+    def _set_kv_fetch_stage(self, request, stage, *args, **kwargs):
+        # A KV connector's asynchronous load (PD decode: the prompt's KV cache from the prefill
+        # instance; an offloading connector: from its tier): vLLM marks its start
+        # ("in_progress", from `schedule()`, when it parks the request to wait for it) and its
+        # end ("completed_waiting", when the workers report the blocks received).
+        super()._set_kv_fetch_stage(request, stage, *args, **kwargs)
+        ts = self.tokenscope
+        if ts.on and stage in _KV_LOAD:
+            try:
+                if stage == _KV_LOAD[0]:
+                    # The tokens loaded are a local of the caller's (`schedule()`), as the
+                    # aggressor above: unknown (0) where vLLM names it otherwise.
+                    tokens = sys._getframe(1).f_locals.get("num_external_computed_tokens", 0)
+                    ts.push(("kv_loading", request.request_id, tokens if isinstance(tokens, int) else 0, time.time_ns()))
+                else:
+                    ts.push(("kv_loaded", request.request_id, time.time_ns()))
+            except Exception as e:
+                ts.fault("_set_kv_fetch_stage", e)
+
     def shutdown(self) -> None:
         # Sends what is buffered, for at most a second whatever the endpoint does.
         self.tokenscope.close(timeout_s=SHUTDOWN_S)
         super().shutdown()
+
+
+# vLLM's names for a KV load's start and end (0.33 and 0.34); a release without them sends no
+# transfer times.
+try:
+    from vllm.v1.metrics.stats import KV_FETCH_COMPLETED_WAITING, KV_FETCH_IN_PROGRESS
+
+    _KV_LOAD: tuple = (KV_FETCH_IN_PROGRESS, KV_FETCH_COMPLETED_WAITING)
+except ImportError:
+    _KV_LOAD = ()
 
 
 def _finished_ids(finished) -> list:
