@@ -173,6 +173,27 @@ def _speculative(steps: list) -> bool:
         return any(getattr(s, "made", None) for s in steps)
 
 
+def first_tokens(steps: list, rid: str, n: int) -> list | None:
+    """Of `steps`, the steps that made a request's first `n` tokens (one each, or as many as a
+    speculative step says it made, `made`: the last one may have made more, past a stop), or None
+    when they made fewer. Steps after those are an overlap scheduler's overshoot."""
+    if not _speculative(steps):
+        return steps[:n] if len(steps) >= n else None
+    made = 0
+    for i, s in enumerate(steps):
+        if made >= n:
+            return steps[:i]
+        made += (s.made or {}).get(rid, 1)
+    return steps if made >= n else None
+
+
+def tokens_made(steps: list, rid: str) -> int:
+    """How many tokens `steps`, those that made a token for the request, made for it."""
+    if not _speculative(steps):
+        return len(steps)
+    return sum((s.made or {}).get(rid, 1) for s in steps)
+
+
 class _Gap:
     """Where a step's events were dropped: a step that ran nothing."""
 

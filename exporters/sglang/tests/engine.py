@@ -43,6 +43,8 @@ class Run:
     tokens: dict = field(default_factory=dict)
     # Per request, the step that made each token (SGLang's `forward_iter`).
     made: dict = field(default_factory=dict)
+    # Speculative decoding: (step, request id) -> (drafts verified, accepted).
+    drafts: dict = field(default_factory=dict)
     retracted: list = field(default_factory=list)
     aborted: list = field(default_factory=list)
     # Priority preemption: victim id -> (the request it made room for, the tokens it had: its
@@ -63,32 +65,48 @@ def _run_batch(self, batch, *args, **kwargs):
     batch.launch_ts = time.monotonic()
     computed = sum(batch.extend_lens or ()) if batch.forward_mode.is_extend() else 0
     time.sleep(self.decode_s + computed * self.prefill_s_per_token)
-    return SimpleNamespace(forward_mode=batch.forward_mode)
+    result = SimpleNamespace(forward_mode=batch.forward_mode)
+    k = self.spec_drafts
+    if k and batch.forward_mode.is_decode():
+        # Speculative decoding (EAGLE's chain): each request's k drafts and the token before
+        # them verified; the first `(step + len(id)) % (k + 1)` drafts accepted.
+        result.speculative_num_draft_tokens = k + 1
+        result.accept = [(self.forward_ct + len(req.rid)) % (k + 1) for req in batch.reqs]
+    return result
 
 
 def _process_batch_result(self, batch, result):
     if batch.forward_mode.is_prebuilt():
         return  # PD decode taking in transferred KV: nothing computed, no token
-    for req in batch.reqs:
+    accept = getattr(result, "accept", None)
+    if accept is not None:
+        # As SGLang's `_resolve_spec_v2_tokens` does before it applies the tokens.
+        result.num_correct_drafts_per_req_cpu = list(accept)
+    for i, req in enumerate(batch.reqs):
         if req.inflight_middle_chunks > 0:
             req.inflight_middle_chunks -= 1
             continue  # a chunk short of the prompt's end samples nothing
         if req.finished_reason is not None or req.is_retracted:
             continue  # overlap: a finished or retracted request's overshoot step is dropped
         n = len(req.output_ids)
-        token = EOS if self.eos_after.get(req.rid) == n + 1 else 100 + (hash(req.rid) + n) % 1000
-        req.output_ids.append(token)
-        self.made.setdefault(req.rid, []).append(batch.forward_iter)
+        drafts = [3000 + j for j in range(accept[i])] if accept is not None else []
+        token = EOS if self.eos_after.get(req.rid) == n + len(drafts) + 1 else 100 + (hash(req.rid) + n) % 1000
+        made = drafts + [token]
+        if accept is not None:
+            self.drafts[(batch.forward_iter, req.rid)] = (self.spec_drafts, accept[i])
+        req.output_ids.extend(made)
+        self.made.setdefault(req.rid, []).extend([batch.forward_iter] * len(made))
         if req.return_logprob:
             lp, k = req.logprob, req.logprob.top_logprobs_num
             if lp.output_token_logprobs_val is None:
                 lp.output_token_logprobs_val, lp.output_token_logprobs_idx = [], []
                 lp.output_top_logprobs_val, lp.output_top_logprobs_idx = [], []
-            lp.output_token_logprobs_val.append(-0.5)
-            lp.output_token_logprobs_idx.append(token)
-            lp.output_top_logprobs_val.append([-0.25 * (j + 1) for j in range(k)])
-            lp.output_top_logprobs_idx.append([1000 + j for j in range(k)])
-        req.update_finish_state()
+            for t in made:
+                lp.output_token_logprobs_val.append(-0.5)
+                lp.output_token_logprobs_idx.append(t)
+                lp.output_top_logprobs_val.append([-0.25 * (j + 1) for j in range(k)])
+                lp.output_top_logprobs_idx.append([1000 + j for j in range(k)])
+        req.update_finish_state(len(made))
 
 
 def _preempt_to_schedule(self, req) -> bool:
@@ -164,9 +182,11 @@ def serve(s, arrivals: dict, **kwargs) -> Run:
     return s.run
 
 
-def make_scheduler(kv_tokens: int = 4096, prefill_s_per_token: float = 60e-6, decode_s: float = 0.004, eos_after=None):
+def make_scheduler(
+    kv_tokens: int = 4096, prefill_s_per_token: float = 60e-6, decode_s: float = 0.004, eos_after=None, spec_drafts: int = 0
+):
     """A `Scheduler` with only what the hooks and the plugin read (its constructor would start a
-    model worker)."""
+    model worker). `spec_drafts`: speculative decoding with that many drafts a step."""
     s = Scheduler.__new__(Scheduler)
     s.forward_ct = 0
     s.waiting_queue = []
@@ -180,6 +200,8 @@ def make_scheduler(kv_tokens: int = 4096, prefill_s_per_token: float = 60e-6, de
     s.eos_after = eos_after or {}
     s.kv = {}  # request id -> KV tokens held
     s.made = {}  # request id -> the step (`forward_iter`) that made each of its tokens
+    s.spec_drafts = spec_drafts
+    s.drafts = {}  # (step, request id) -> (drafts verified, accepted)
     s.token_to_kv_pool_allocator = SimpleNamespace(available_size=lambda: kv_tokens - sum(s.kv.values()))
     s.tree_cache = SimpleNamespace(evictable_size=lambda: 0, finish=lambda handle, outcome: None)
     return s
@@ -219,7 +241,7 @@ def drive(
     chunked = None  # the request whose prompt is being prefilled in chunks
     done_prefill: dict = {}
     in_flight = None  # overlap: the launched step whose output is not processed yet
-    run.made = s.made
+    run.made, run.drafts = s.made, s.drafts
     total = sum(len(v) for v in arrivals.values())
     for n in range(max_steps):
         for req in arrivals.get(n, ()):
@@ -271,7 +293,7 @@ def _process(s, batch, result, running: list, run: Run) -> None:
     s.process_batch_result(batch, result)
     for req in batch.reqs:
         if req.finished_reason is not None and req.rid not in run.tokens:
-            run.tokens[req.rid] = list(req.output_ids)
+            run.tokens[req.rid] = list(req.output_ids_through_stop)  # what its client gets
             s.kv.pop(req.rid, None)
     running[:] = [r for r in running if r.finished_reason is None]
 

@@ -191,6 +191,40 @@ def test_a_priority_preemption_names_the_request_it_made_room_for(plugins):
     assert not [st for st in urgent["stages"] if st["kind"] == "preempted"], urgent["stages"]
 
 
+def test_speculative_decoding_drafts_and_accepted_per_step_and_token(plugins):
+    """With speculative decoding each decode step verifies each request's drafts: the stored
+    step says how many each had and accepted, each token whether it was an accepted draft or the
+    target model's, as the (made-up) model decided; a step that accepts past the length limit
+    or an EOS is cut where SGLang cuts what the client gets."""
+    instance = f"sglang-spec-{os.getpid()}-{time.time_ns()}"
+    engine.start(instance, GRPC)
+    s = engine.make_scheduler(decode_s=0.001, spec_drafts=3, eos_after={"spec-1": 17})
+    arrivals = {0: [engine.make_request(f"spec-{i}", 40, 30, logprobs=3 if i == 2 else 0) for i in range(3)]}
+    run = engine.serve(s, arrivals)
+    assert engine.exporter(s).stats()["record_errors"] == 0
+    drafts = run.drafts
+    assert any(a < d for d, a in drafts.values()) and any(a == d for d, a in drafts.values()), drafts
+    for rid in ("spec-0", "spec-1", "spec-2"):
+        d = api(f"/api/v1/requests/{rid}", instance=instance)
+        tokens = d["tokens"]
+        assert [t["token_id"] for t in tokens] == run.tokens[rid], rid
+        assert [t["iteration"] for t in tokens][1:] and all(t["emitted_ns"] for t in tokens), tokens[:3]
+        # Every step that verified drafts for it, with its counts, up to the one that finished it.
+        steps = {}
+        for t in tokens[1:]:
+            steps.setdefault(t["iteration"], []).append(t)
+        got = [(ts[0]["step_draft"]["proposed"], ts[0]["step_draft"]["accepted"]) for ts in steps.values()]
+        mine = [v for (_, r), v in sorted(drafts.items()) if r == rid][: len(got)]
+        assert got == mine, f"{rid}: {got} {mine}"
+        for ts in steps.values():
+            accepted = ts[0]["step_draft"]["accepted"]
+            flags = [t["accepted_draft"] for t in ts]
+            assert flags == [True] * accepted + [False] * (len(ts) - accepted) or len(ts) <= accepted, (rid, flags, accepted)
+    assert len(run.tokens["spec-0"]) == 30 and run.tokens["spec-1"][-1] == engine.EOS, run.tokens
+    lp = api("/api/v1/requests/spec-2", instance=instance)["tokens"]
+    assert len(lp) == 30 and all(round(t["logprob"], 3) == -0.5 for t in lp), lp[:3]
+
+
 def test_a_pd_decode_part_finishes_with_its_handoff_token(plugins):
     """On a PD decode instance each request's first token comes with its KV cache from the
     prefill instance, appended by SGLang outside any step: the part still finishes when its last

@@ -8,7 +8,10 @@
   batch says who runs and what each computes.
 - `process_batch_result(batch, result)`: the step's output has been applied: tokens appended,
   requests finished. With the overlap scheduler it comes one step late, for a copy of the batch
-  that keeps `forward_iter`.
+  that keeps `forward_iter`. With speculative decoding the result says how many drafts each
+  request accepted (`num_correct_drafts_per_req_cpu`, which SGLang fills while applying it) out
+  of how many (`speculative_num_draft_tokens`, less the one token that is not a draft, as
+  SGLang's own acceptance rate counts).
 - `run_event_loop()`: when it returns (a graceful shutdown), what is buffered is sent before the
   process exits. SGLang's scheduler processes end with `os._exit`, which skips `atexit`.
 - `PrefillAdder.preempt_to_schedule(req)` (`managers/schedule_policy.py`, with
@@ -91,12 +94,19 @@ def _run_batch(original, self, batch, *args, **kwargs):
     return out
 
 
-def _process_batch_result(original, self, batch, *args, **kwargs):
-    out = original(self, batch, *args, **kwargs)
+def _process_batch_result(original, self, batch, result=None, *args, **kwargs):
+    out = original(self, batch, result, *args, **kwargs)
     ts = _exporter_of(self)
     if ts.on:
         try:
-            ts.push(("processed", batch.forward_iter, time.time_ns()))
+            # Speculative decoding: the drafts each request accepted, as SGLang counted them for
+            # its metrics while it applied the output (None otherwise).
+            accepted = getattr(result, "num_correct_drafts_per_req_cpu", None)
+            if accepted is None:
+                ts.push(("processed", batch.forward_iter, time.time_ns()))
+            else:
+                drafts = (getattr(result, "speculative_num_draft_tokens", None) or 1) - 1
+                ts.push(("processed", batch.forward_iter, time.time_ns(), accepted, drafts))
         except Exception as e:
             ts.fault("process_batch_result", e)
     return out

@@ -20,7 +20,7 @@ from operator import attrgetter
 
 from tokenscope_exporter import Texts, wire
 from tokenscope_exporter.refs import RequestRefs
-from tokenscope_exporter.record import RequestRecord, StepWindow, stopped_by_last
+from tokenscope_exporter.record import RequestRecord, StepWindow, first_tokens, stopped_by_last, tokens_made
 
 # Every so many steps, requests that finished without running a step (aborted while waiting)
 # are looked for among the live ones.
@@ -37,6 +37,12 @@ _FINISH = {
 _FINISHED = attrgetter("finished_reason")
 # SGLang's "whole vocabulary" top-k (sampling/sampling_params.py TOP_K_ALL), and its -1.
 _TOP_K_ALL = 1 << 30
+
+
+def _output(req):
+    """The request's output as its client gets it: with speculative decoding a step may accept
+    tokens past a stop or the length limit, which SGLang keeps in `output_ids` but cuts here."""
+    return getattr(req, "output_ids_through_stop", None) or req.output_ids
 
 
 @dataclass
@@ -91,7 +97,7 @@ class Step:
     waiting: int
     kv_cache_usage: float
     end_ns: int = 0
-    # Tokens made per request when more than one (speculative decoding): not captured here yet.
+    # Speculative decoding: the tokens the step made for each request (accepted drafts + 1).
     made: dict | None = None
     # Set when the step window keeps it (`record.StepWindow`): its id and times packed, and the
     # request ids it made a token for.
@@ -161,7 +167,8 @@ class Recorder:
         r = self.records.get(req.rid)
         if r is None or self._in_flight(req.rid):
             return  # a step still running it finishes it
-        self._finish(r, self.window.making(r)[: len(req.output_ids)], at_ns, wire.FINISH_ABORT)
+        making = self.window.making(r)
+        self._finish(r, first_tokens(making, r.request_id, len(_output(req))) or making, at_ns, wire.FINISH_ABORT)
 
     def launched(
         self,
@@ -201,16 +208,21 @@ class Recorder:
             ran = frozenset(req.rid for req in reqs)
         self.pending[forward_iter] = Step(it, start_ns, reqs, ran, silent, batch, self.refs.ids, prefills, running, waiting, kv_usage)
 
-    def processed(self, forward_iter, end_ns: int) -> None:
-        """The step's output has been applied: the step ends, and what finished in it is done."""
+    def processed(self, forward_iter, end_ns: int, accepted=None, drafts: int = 0) -> None:
+        """The step's output has been applied: the step ends, and what finished in it is done.
+        With speculative decoding, `accepted`: the drafts each of its requests accepted, of
+        `drafts` each."""
         step = self.pending.pop(forward_iter, None)
         if step is None:
             self.unmatched_outputs += 1
             return
         step.end_ns = end_ns
         self.window.keep(step, self.records)
-        # Numbered for the export it goes in.
-        batch, step.batch = self.refs.current(step.batch, step.ids), b""
+        if accepted is not None and not step.prefills and len(accepted) == len(step.reqs):
+            batch = self._speculative_batch(step, accepted, drafts)
+        else:
+            batch = self.refs.current(step.batch, step.ids)  # numbered for the export it goes in
+        step.batch = b""
         step.ids = []
         for r, tokens in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
@@ -235,6 +247,16 @@ class Recorder:
         return out
 
     # --- a step's batch -----------------------------------------------------------------------
+
+    def _speculative_batch(self, step: Step, accepted, drafts: int) -> bytes:
+        """A verify step's entries, once its output says what each request accepted: each
+        request computed its drafts and the token before them, and made its accepted drafts and
+        one token of the target model's. A request that made nothing in it (retracted or finished
+        while it ran, under the overlap scheduler) made none."""
+        rids = [req.rid for req in step.reqs]
+        silent, records, entry = step.silent, self.records, self.refs.speculative_entry
+        step.made = {rid: a + 1 for rid, a in zip(rids, accepted) if rid not in silent}
+        return b"".join([entry(rid, drafts + 1, drafts, min(a, drafts)) for rid, a in zip(rids, accepted) if rid in records])
 
     def _decode_batch(self, reqs) -> bytes:
         # Requests whose arrival was dropped with a full buffer are left out.
@@ -261,7 +283,7 @@ class Recorder:
             elif r.preempted_ns:
                 # SGLang frees a retracted or preempted request's KV and prefills its prompt and
                 # output again, but for what the prefix cache still holds (`before`).
-                again = r.prompt_tokens + r.handoff + len(self.window.making(r)) - before
+                again = r.prompt_tokens + r.handoff + tokens_made(self.window.making(r), r.request_id) - before
                 r.preemptions.append((r.preempted_ns, start_ns, True, r.preempted_for, max(again, 0)))
                 r.preempted_ns, r.preempted_for = 0, ""
             entries.append(refs.entry(r.request_id, wire.PHASE_PREFILL, tokens, before))
@@ -280,10 +302,9 @@ class Recorder:
         """`r`'s request has finished by now, as SGLang holds it; it is done here once the step
         that made its last token has ended. (This thread may run behind the scheduler: the
         request may have finished in a step whose output this thread has not yet seen.)"""
-        n = len(r.req.output_ids) - r.handoff
-        making = self.window.making(r)
-        if len(making) >= n:
-            self._finish(r, making[:n], at_ns)
+        making = first_tokens(self.window.making(r), r.request_id, len(_output(r.req)) - r.handoff)
+        if making is not None:
+            self._finish(r, making, at_ns)
 
     def _handed_off(self, reqs, at_ns: int) -> None:
         """PD decode: requests whose KV cache arrived from the prefill instance join the batch
@@ -313,7 +334,7 @@ class Recorder:
         """Encodes a finished request: its tokens as SGLang holds them, the steps that made them."""
         del self.records[r.request_id]
         req = r.req
-        r.token_ids = list(req.output_ids)
+        r.token_ids = list(_output(req))
         n = len(r.token_ids)
         reason = req.finished_reason
         r.finish_reason = reason_code or _FINISH.get(type(reason).__name__, wire.FINISH_STOP)
@@ -360,14 +381,19 @@ class Recorder:
             return
         lp = getattr(req, "logprob", None)
         vals = getattr(lp, "output_token_logprobs_val", None)
-        if not vals or len(vals) != n:
+        if not vals or len(vals) < n:
             return  # logprobs for some tokens only: a column must cover all or none
-        r.logprobs = vals  # SGLang's own list: the request is done, and it is encoded right away
+        # SGLang's own lists (the request is done, and it is encoded right away), but for the
+        # rows of tokens a speculative step accepted past the stop.
+        cut = len(vals) > n
+        r.logprobs = vals[:n] if cut else vals
         r.ranks = wire.Packed(bytes(n), "B")  # 0 each: not known
         top_vals = getattr(lp, "output_top_logprobs_val", None) or []
         top_ids = getattr(lp, "output_top_logprobs_idx", None) or []
-        if len(top_vals) != n or len(top_ids) != n:
+        if len(top_vals) != len(vals) or len(top_ids) != len(vals):
             return
+        if cut:
+            top_vals, top_ids = top_vals[:n], top_ids[:n]
         k = len(top_ids[0])
         ids, lps = wire.packed_rows(top_ids, k, "I"), wire.packed_rows(top_vals, k, "f")
         if k and ids is not None and lps is not None:  # every row k wide: packing checked it
