@@ -173,11 +173,12 @@ def _speculative(steps: list) -> bool:
         return any(getattr(s, "made", None) for s in steps)
 
 
-def first_tokens(steps: list, rid: str, n: int) -> list | None:
+def first_tokens(steps: list, rid: str, n: int, speculative: bool = True) -> list | None:
     """Of `steps`, the steps that made a request's first `n` tokens (one each, or as many as a
     speculative step says it made, `made`: the last one may have made more, past a stop), or None
-    when they made fewer. Steps after those are an overlap scheduler's overshoot."""
-    if not _speculative(steps):
+    when they made fewer. Steps after those are an overlap scheduler's overshoot. `speculative`
+    False: no step made more than one (`StepWindow.speculative`), not looked for."""
+    if not speculative or not _speculative(steps):
         return steps[:n] if len(steps) >= n else None
     made = 0
     for i, s in enumerate(steps):
@@ -214,6 +215,9 @@ class StepWindow:
         self.steps: list = []
         self.base = 0
         self.cap = cap
+        # Set by the recorder once a step made several tokens for a request (speculative
+        # decoding): until then no request's steps need to be looked through for it.
+        self.speculative = False
 
     def keep(self, step, records) -> None:
         """Adds an ended step; now and then forgets the steps no live request (of `records`,

@@ -168,7 +168,8 @@ class Recorder:
         if r is None or self._in_flight(req.rid):
             return  # a step still running it finishes it
         making = self.window.making(r)
-        self._finish(r, first_tokens(making, r.request_id, len(_output(req))) or making, at_ns, wire.FINISH_ABORT)
+        made = first_tokens(making, r.request_id, len(_output(req)), self.window.speculative)
+        self._finish(r, made if made is not None else making, at_ns, wire.FINISH_ABORT)
 
     def launched(
         self,
@@ -256,6 +257,7 @@ class Recorder:
         rids = [req.rid for req in step.reqs]
         silent, records, entry = step.silent, self.records, self.refs.speculative_entry
         step.made = {rid: a + 1 for rid, a in zip(rids, accepted) if rid not in silent}
+        self.window.speculative = True
         return b"".join([entry(rid, drafts + 1, drafts, min(a, drafts)) for rid, a in zip(rids, accepted) if rid in records])
 
     def _decode_batch(self, reqs) -> bytes:
@@ -302,7 +304,8 @@ class Recorder:
         """`r`'s request has finished by now, as SGLang holds it; it is done here once the step
         that made its last token has ended. (This thread may run behind the scheduler: the
         request may have finished in a step whose output this thread has not yet seen.)"""
-        making = first_tokens(self.window.making(r), r.request_id, len(_output(r.req)) - r.handoff)
+        w = self.window
+        making = first_tokens(w.making(r), r.request_id, len(_output(r.req)) - r.handoff, w.speculative)
         if making is not None:
             self._finish(r, making, at_ns)
 
