@@ -15,13 +15,14 @@
 //! figures for docs/BENCHMARKS.md; the test below holds the line on two seeds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::Rng;
 use crate::cost::profile;
 use crate::engine::{self, EngineConfig, SimRequest};
 use crate::ledger::{Ledger, Spent};
 use tokenscope_core::analysis::diagnosis::{
-    Cause, Context, Diagnosis, Thresholds, Verdict, diagnose, steps_of,
+    Cause, Context, Diagnosis, StepSums, Thresholds, Verdict, diagnose,
 };
 use tokenscope_core::model::metrics::request_metrics;
 use tokenscope_core::model::{
@@ -364,6 +365,7 @@ fn diagnose_all(
     th: &Thresholds,
 ) -> Vec<Diagnosis> {
     let others: Vec<OtherRequest> = traces.iter().map(OtherRequest::of).collect();
+    let sums = Arc::new(StepSums::of(steps, model.as_ref()));
     traces
         .iter()
         .map(|r| {
@@ -376,15 +378,7 @@ fn diagnose_all(
                 })
                 .cloned()
                 .collect();
-            diagnose(
-                r,
-                &Context {
-                    iterations: steps_of(steps, r),
-                    others: &near,
-                    model,
-                },
-                th,
-            )
+            diagnose(r, &Context::among(steps, &sums, r, &near, model), th)
         })
         .collect()
 }
@@ -564,7 +558,7 @@ pub fn setup_names() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokenscope_core::analysis::diagnosis::healthy_alone;
+    use tokenscope_core::analysis::diagnosis::{healthy_alone, steps_of};
 
     /// Whether a request is healthy never depends on its neighbours: every rule finds something
     /// only from the request's own tokens or its steps, and neighbours only name the culprits.
@@ -588,15 +582,7 @@ mod tests {
                     Architecture::known(s.cfg.profile.model),
                     &th,
                 )) {
-                    let alone = diagnose(
-                        r,
-                        &Context {
-                            iterations: steps_of(&steps, r),
-                            others: &[],
-                            model: None,
-                        },
-                        &th,
-                    );
+                    let alone = diagnose(r, &Context::new(steps_of(&steps, r), &[], None), &th);
                     assert_eq!(
                         d.verdict, alone.verdict,
                         "{shape:?} {}: {d:?} / alone {alone:?}",
@@ -617,6 +603,42 @@ mod tests {
         assert!(healthy > 1000 && not > 100, "{healthy} healthy, {not} not");
         // The same requests: nothing beside them never made a breach look healthy.
         assert_eq!(alone_healthy, healthy);
+    }
+
+    /// A page's steps counted once (`Context::among`) give each request the diagnosis it gets
+    /// with its own steps counted for it alone, to the bit: the own times and the decode-only
+    /// line stay the request's. Counts made for another model's shape are not used.
+    #[test]
+    fn steps_counted_once_a_page_are_each_requests_own_diagnosis() {
+        let th = Thresholds::default();
+        let (mut compared, mut degraded) = (0, 0);
+        for (k, s) in setups().iter().enumerate() {
+            let mut rng = Rng::new(k as u64 + 11);
+            let reqs = traffic(s, &format!("c{k}"), 1_796_022_000 * SECOND, 30.0, &mut rng);
+            let out = engine::run(&s.cfg, reqs, &mut rng, 1);
+            let model = Architecture::known(s.cfg.profile.model);
+            assert!(model.is_some(), "{}", s.cfg.profile.model);
+            for shape in [Shape::Steps, Shape::AsyncSteps] {
+                let (traces, steps) = shaped(shape, &out.requests, &out.iterations);
+                let others: Vec<OtherRequest> = traces.iter().map(OtherRequest::of).collect();
+                let page = Arc::new(StepSums::of(&steps, model.as_ref()));
+                let unknown = Arc::new(StepSums::of(&steps, None));
+                for r in &traces {
+                    let own = diagnose(r, &Context::new(steps_of(&steps, r), &others, model), &th);
+                    let among = diagnose(r, &Context::among(&steps, &page, r, &others, model), &th);
+                    let other =
+                        diagnose(r, &Context::among(&steps, &unknown, r, &others, model), &th);
+                    assert_eq!(among, own, "{shape:?} {}", r.request_id);
+                    assert_eq!(other, own, "{shape:?} {}", r.request_id);
+                    compared += 1;
+                    degraded += usize::from(own.verdict != Verdict::Healthy);
+                }
+            }
+        }
+        assert!(
+            compared > 500 && degraded > 100,
+            "{compared} compared, {degraded} degraded"
+        );
     }
 
     /// Two seeds of the benchmark: no breach called healthy, no finding on a request that met

@@ -847,11 +847,7 @@ mod tests {
                 let out = &run.output;
                 let others: Vec<OtherRequest> = out.requests.iter().map(OtherRequest::of).collect();
                 for r in &out.requests {
-                    let ctx = Context {
-                        iterations: steps_of(&out.iterations, r),
-                        others: &others,
-                        model: None,
-                    };
+                    let ctx = Context::new(steps_of(&out.iterations, r), &others, None);
                     let mut lean = r.clone();
                     let last = lean.tokens.len().saturating_sub(1);
                     for t in &mut lean.tokens[..last] {

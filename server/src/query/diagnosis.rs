@@ -4,9 +4,10 @@
 //! its surroundings read in one go, where data is still arriving or thresholds differ.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use tokenscope_core::analysis::diagnosis::{
-    Context, Diagnosis, Severity, Thresholds, Verdict, diagnose, healthy_alone, merge_pd, steps_of,
+    Context, Diagnosis, Severity, StepSums, Thresholds, Verdict, diagnose, healthy_alone, merge_pd,
 };
 use tokenscope_core::model::{Architecture, Iteration, Nanos, OtherRequest, RequestTrace};
 
@@ -71,10 +72,12 @@ pub(super) async fn together_untexted(
 }
 
 /// What a page of requests of one instance is diagnosed against: the steps and the neighbours
-/// over all their lifetimes.
+/// over all their lifetimes, and the steps' batches counted once for the page, per model shape
+/// its requests were served by (one, almost always).
 struct Surroundings {
     iterations: Vec<Iteration>,
     others: Vec<OtherRequest>,
+    counted: Mutex<Vec<(Option<Architecture>, Arc<StepSums>)>>,
 }
 
 impl Surroundings {
@@ -96,7 +99,27 @@ impl Surroundings {
             .iterations_between(instance_id, from - CLOCK_SLACK_NS, to)
             .await?;
         let others = store.overlapping_requests(instance_id, from, to).await?;
-        Ok(Some(Self { iterations, others }))
+        Ok(Some(Self {
+            iterations,
+            others,
+            counted: Mutex::default(),
+        }))
+    }
+
+    /// `t`'s context: its steps of the page, their batches counted for `model` once a page.
+    fn context(&self, t: &RequestTrace, model: Option<Architecture>) -> Context<'_> {
+        let sums = {
+            let mut counted = self.counted.lock().unwrap_or_else(|e| e.into_inner());
+            match counted.iter().find(|(m, _)| *m == model) {
+                Some((_, sums)) => sums.clone(),
+                None => {
+                    let sums = Arc::new(StepSums::of(&self.iterations, model.as_ref()));
+                    counted.push((model, sums.clone()));
+                    sums
+                }
+            }
+        };
+        Context::among(&self.iterations, &sums, t, &self.others, model)
     }
 
     /// `t`, served by a model of shape `model` (when its name is known), which costs its
@@ -109,15 +132,7 @@ impl Surroundings {
     ) -> Diagnosis {
         // Neighbours outside the request's lifetime are harmless: every rule looks only at
         // prefill inside the request's own intervals.
-        diagnose(
-            t,
-            &Context {
-                iterations: steps_of(&self.iterations, t),
-                others: &self.others,
-                model,
-            },
-            th,
-        )
+        diagnose(t, &self.context(t, model), th)
     }
 }
 

@@ -37,20 +37,12 @@ fn scenario_diagnoses_match_their_snapshot() {
                     .unwrap();
                 let native = diagnose(
                     r,
-                    &Context {
-                        iterations: &run.output.iterations,
-                        others: &others,
-                        model,
-                    },
+                    &Context::new(&run.output.iterations, &others, model),
                     &Thresholds::default(),
                 );
                 let spans_only = diagnose(
                     r,
-                    &Context {
-                        iterations: &[],
-                        others: &others,
-                        model,
-                    },
+                    &Context::new(&[], &others, model),
                     &Thresholds::default(),
                 );
                 out.insert(

@@ -329,11 +329,7 @@ mod tests {
     fn three_and_four_equal_long_prompts_are_all_named_with_their_shares() {
         for n in [3, 4] {
             let others = equal_prompts(n);
-            let ctx = Context {
-                iterations: &[],
-                others: &others,
-                model: None,
-            };
+            let ctx = Context::new(&[], &others, None);
             let d = diagnose(&waiting(10, 2_500), &ctx, &Thresholds::default());
             let want: Vec<String> = (0..n).map(|k| format!("long{k}")).collect();
             assert_eq!(culprits(&d), [("prefill_monopolized", want)], "{n}");
@@ -378,11 +374,7 @@ mod tests {
                 kv_cache_usage: 0.4,
             })
             .collect();
-        let ctx = Context {
-            iterations: &steps,
-            others: &[],
-            model: None,
-        };
+        let ctx = Context::new(&steps, &[], None);
         let d = diagnose(&waiting(2_420, 2_500), &ctx, &Thresholds::default());
         assert_eq!(culprits(&d), [("prefill_monopolized", vec!["long".into()])]);
     }

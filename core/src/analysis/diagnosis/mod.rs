@@ -13,6 +13,8 @@ mod span_fit;
 pub mod speculation;
 mod words;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::metrics::request_metrics;
@@ -178,6 +180,7 @@ impl Default for Thresholds {
 }
 
 pub use crate::model::OtherRequest;
+pub use share::StepSums;
 
 /// What the diagnosis may look at besides the request itself.
 pub struct Context<'a> {
@@ -188,9 +191,46 @@ pub struct Context<'a> {
     /// The served model's shape, when its name is a known one: what a prompt's prefill costs
     /// late in a long prompt against early ([`crate::model::architecture`]).
     pub model: Option<Architecture>,
+    /// `iterations`' batches counted once for a page of requests ([`Context::among`]), and
+    /// where in that page `iterations` start; counted here when not.
+    counted: Option<(Arc<StepSums>, usize)>,
 }
 
-impl Context<'_> {
+impl<'a> Context<'a> {
+    /// A request's context: the instance's steps that may have served it ([`steps_of`]), the
+    /// other requests on the instance, the served model's shape when known.
+    pub fn new(
+        iterations: &'a [Iteration],
+        others: &'a [OtherRequest],
+        model: Option<Architecture>,
+    ) -> Self {
+        Context {
+            iterations,
+            others,
+            model,
+            counted: None,
+        }
+    }
+
+    /// `r`'s context among the steps of a page of requests (`steps`, by start time), whose
+    /// batches `sums` counted once for all of them ([`StepSums::of`] over the same `steps`;
+    /// counted for another model's shape, they are not used). The same diagnosis as with
+    /// [`Context::new`] over [`steps_of`]`(steps, r)`, without reading each batch again.
+    pub fn among(
+        steps: &'a [Iteration],
+        sums: &Arc<StepSums>,
+        r: &RequestTrace,
+        others: &'a [OtherRequest],
+        model: Option<Architecture>,
+    ) -> Self {
+        let range = step_range(steps, r);
+        let mut ctx = Context::new(&steps[range.clone()], others, model);
+        if sums.fits(steps.len(), ctx.attention_even_tokens()) {
+            ctx.counted = Some((sums.clone(), range.start));
+        }
+        ctx
+    }
+
     /// The context length at which a prompt token's attention costs as much as its linear
     /// layers on this model.
     pub fn attention_even_tokens(&self) -> f64 {
@@ -274,11 +314,7 @@ pub fn diagnose(r: &RequestTrace, ctx: &Context, th: &Thresholds) -> Diagnosis {
 /// (`requests.healthy_alone`, default thresholds) so that the findings worker never reads such
 /// a request again when its neighbourhood changes (docs/BENCHMARKS.md, keeping up).
 pub fn healthy_alone(r: &RequestTrace, th: &Thresholds) -> bool {
-    let alone = Context {
-        iterations: &[],
-        others: &[],
-        model: None,
-    };
+    let alone = Context::new(&[], &[], None);
     diagnose(r, &alone, th).verdict == Verdict::Healthy
 }
 
@@ -406,10 +442,15 @@ pub fn merge(request_id: &str, parts: Vec<Diagnosis>) -> Diagnosis {
 /// The steps of `iterations` (by start time) that may have served `r`: from a little before it
 /// arrived (`CLOCK_SLACK_NS`) to its end.
 pub fn steps_of<'a>(iterations: &'a [Iteration], r: &RequestTrace) -> &'a [Iteration] {
+    &iterations[step_range(iterations, r)]
+}
+
+/// Where [`steps_of`] are in `iterations`.
+fn step_range(iterations: &[Iteration], r: &RequestTrace) -> std::ops::Range<usize> {
     let lo =
         iterations.partition_point(|it| it.start_ns < r.arrival_ns - crate::model::CLOCK_SLACK_NS);
     let hi = iterations.partition_point(|it| it.start_ns <= r.finished_ns);
-    &iterations[lo..hi.max(lo)]
+    lo..hi.max(lo)
 }
 
 /// A PD request's diagnosis: its parts' (each against its own instance), merged, and — when the
@@ -622,11 +663,7 @@ mod tests {
     }
 
     fn run(r: &RequestTrace, others: &[OtherRequest]) -> Diagnosis {
-        let ctx = Context {
-            iterations: &[],
-            others,
-            model: None,
-        };
+        let ctx = Context::new(&[], others, None);
         diagnose(r, &ctx, &Thresholds::default())
     }
 
@@ -891,11 +928,7 @@ mod tests {
             stall_ms: 500.0,
             ..Thresholds::default()
         };
-        let ctx = Context {
-            iterations: &[],
-            others: &[],
-            model: None,
-        };
+        let ctx = Context::new(&[], &[], None);
         assert_eq!(
             diagnose(&r, &ctx, &th).verdict,
             Verdict::Degraded,

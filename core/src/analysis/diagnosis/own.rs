@@ -258,11 +258,7 @@ mod tests {
     fn run(r: &RequestTrace, iterations: &[Iteration], others: &[OtherRequest]) -> Diagnosis {
         diagnose(
             r,
-            &Context {
-                iterations,
-                others,
-                model: None,
-            },
+            &Context::new(iterations, others, None),
             &Thresholds::default(),
         )
     }
@@ -498,11 +494,7 @@ mod tests {
             stall_ms: 12.0,
             ..Thresholds::default()
         };
-        let ctx = Context {
-            iterations: &its,
-            others: &[],
-            model: None,
-        };
+        let ctx = Context::new(&its, &[], None);
         let d = diagnose(&r, &ctx, &th);
         assert_eq!(
             causes(&d),

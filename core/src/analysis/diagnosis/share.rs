@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use super::span_fit::{self, DecodeSteps, SpanFit};
 use super::{Context, duration, ms};
+use crate::model::architecture::{self, Architecture};
 use crate::model::{Iteration, Nanos, Phase};
 
 /// The share of the lost time that makes a culprit worth naming.
@@ -36,45 +37,42 @@ pub(super) fn chunk_cost(n: u32, offset: u32, even: f64) -> f64 {
     n * (1.0 + (o + n / 2.0) / even)
 }
 
-/// The context's steps as the engine spent its time on them: each step's own time (from the
-/// end of the step before it, when they overlap, to its end: with async scheduling a step starts
-/// before the previous one's output is out, and that part of its span is the other's), and what
-/// a step of decodes alone takes. Each step's batch is read once, here: a decode's gaps are
-/// weighed one by one, and reading a 256-entry batch again for each gap it ends was most of a
-/// saturated instance's diagnosis (docs/BENCHMARKS.md, keeping up).
+/// What each step's batch holds, counted once: its prefill and total tokens, its decodes, and
+/// its prefill entries (each an index into its batch, with its compute for a model of one
+/// shape). It depends on the step alone, so a page of requests diagnosed against the same steps
+/// counts them once ([`Context::among`]): the requests of a page share most of their steps, and
+/// reading every 256-entry batch again for each request was the largest part of a saturated
+/// instance's diagnosis (docs/BENCHMARKS.md, keeping up).
 #[derive(Debug)]
-struct StepTimes {
-    /// Step indices by (end, start), and their ends in that order: the steps that ended inside
-    /// a window are a range of them, found by binary search.
-    by_end: Vec<usize>,
-    ends: Vec<Nanos>,
-    /// Per step: the fraction of its own time its prefills took, and their compute in all.
-    prefill_part: Vec<f64>,
+pub struct StepSums {
+    /// The model's [`Context::attention_even_tokens`] the prefills' compute was weighed with.
+    even: f64,
+    sums: Vec<StepSum>,
+    /// Per step: its prefills' compute in all.
     weight: Vec<f64>,
-    /// Step `k`'s prefill entries (each an index into its batch, with its compute) are
-    /// `prefills[prefills_from[k]..prefills_from[k + 1]]`.
+    /// Step `k`'s prefill entries are `prefills[prefills_from[k]..prefills_from[k + 1]]`.
     prefills: Vec<(u32, f64)>,
     prefills_from: Vec<usize>,
 }
 
 /// One step's batch, counted.
+#[derive(Debug)]
 struct StepSum {
     prefill_tokens: f64,
     tokens: f64,
     decodes: usize,
 }
 
-impl StepTimes {
-    fn of(steps: &[Iteration], even: f64) -> Self {
-        let mut by_end: Vec<usize> = (0..steps.len()).collect();
-        by_end.sort_by_key(|&k| (steps[k].end_ns, steps[k].start_ns));
-        let mut own = vec![0; steps.len()];
-        let mut before = Nanos::MIN;
-        for &k in &by_end {
-            let it = &steps[k];
-            own[k] = (it.end_ns - it.start_ns.max(before)).max(1);
-            before = before.max(it.end_ns);
-        }
+impl StepSums {
+    /// `steps`' batches counted, their prefills weighed for a model of shape `model` (unknown:
+    /// the default).
+    pub fn of(steps: &[Iteration], model: Option<&Architecture>) -> Self {
+        Self::evened(steps, architecture::attention_even_tokens(model))
+    }
+
+    /// `steps`' batches counted, their prefills weighed for a model that evens attention and
+    /// linear layers at `even` tokens of context.
+    fn evened(steps: &[Iteration], even: f64) -> Self {
         let mut sums = Vec::with_capacity(steps.len());
         let mut weight = Vec::with_capacity(steps.len());
         let (mut prefills, mut prefills_from) = (Vec::new(), vec![0]);
@@ -100,8 +98,62 @@ impl StepTimes {
             weight.push(w);
             sums.push(sum);
         }
-        let decode_only = DecodeOnly::of(steps, &sums, &own);
-        let prefill_part = sums
+        StepSums {
+            even,
+            sums,
+            weight,
+            prefills,
+            prefills_from,
+        }
+    }
+
+    /// Whether these are `steps.len()` steps counted for a model evened at `even` tokens.
+    pub(super) fn fits(&self, steps: usize, even: f64) -> bool {
+        self.sums.len() == steps && self.even.to_bits() == even.to_bits()
+    }
+}
+
+/// The context's steps as the engine spent its time on them: each step's own time (from the
+/// end of the step before it, when they overlap, to its end: with async scheduling a step starts
+/// before the previous one's output is out, and that part of its span is the other's), and what
+/// a step of decodes alone takes. What each step's batch holds comes counted ([`StepSums`]);
+/// the own times and the decode-only line are this context's: they depend on which steps it
+/// starts with.
+#[derive(Debug)]
+struct StepTimes {
+    /// Step indices by (end, start), and their ends in that order: the steps that ended inside
+    /// a window are a range of them, found by binary search.
+    by_end: Vec<usize>,
+    ends: Vec<Nanos>,
+    /// Per step: the fraction of its own time its prefills took.
+    prefill_part: Vec<f64>,
+    /// The steps' batches counted; the context's step `k` is their step `from + k`.
+    sums: Arc<StepSums>,
+    from: usize,
+}
+
+impl StepTimes {
+    fn of(ctx: &Context) -> Self {
+        let steps = ctx.iterations;
+        let (sums, from) = match &ctx.counted {
+            Some((sums, from)) => (sums.clone(), *from),
+            None => (
+                Arc::new(StepSums::evened(steps, ctx.attention_even_tokens())),
+                0,
+            ),
+        };
+        let mut by_end: Vec<usize> = (0..steps.len()).collect();
+        by_end.sort_by_key(|&k| (steps[k].end_ns, steps[k].start_ns));
+        let mut own = vec![0; steps.len()];
+        let mut before = Nanos::MIN;
+        for &k in &by_end {
+            let it = &steps[k];
+            own[k] = (it.end_ns - it.start_ns.max(before)).max(1);
+            before = before.max(it.end_ns);
+        }
+        let counted = &sums.sums[from..from + steps.len()];
+        let decode_only = DecodeOnly::of(steps, counted, &own);
+        let prefill_part = counted
             .iter()
             .zip(&own)
             .map(|(sum, &took)| prefill_part(sum, took, decode_only))
@@ -111,9 +163,8 @@ impl StepTimes {
             by_end,
             ends,
             prefill_part,
-            weight,
-            prefills,
-            prefills_from,
+            sums,
+            from,
         }
     }
 
@@ -124,9 +175,15 @@ impl StepTimes {
         &self.by_end[lo..hi]
     }
 
+    /// Step `k`'s prefills' compute in all.
+    fn weight(&self, k: usize) -> f64 {
+        self.sums.weight[self.from + k]
+    }
+
     /// Step `k`'s prefill entries, as indices into its batch, each with its compute.
     fn prefills_of(&self, k: usize) -> &[(u32, f64)] {
-        &self.prefills[self.prefills_from[k]..self.prefills_from[k + 1]]
+        let (s, j) = (&*self.sums, self.from + k);
+        &s.prefills[s.prefills_from[j]..s.prefills_from[j + 1]]
     }
 }
 
@@ -244,9 +301,7 @@ impl Shares {
     fn add_steps(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) {
         let times = self
             .steps
-            .get_or_insert_with(|| {
-                Arc::new(StepTimes::of(ctx.iterations, ctx.attention_even_tokens()))
-            })
+            .get_or_insert_with(|| Arc::new(StepTimes::of(ctx)))
             .clone();
         let mut covered = from;
         for &k in times.ended_in(from, to) {
@@ -260,7 +315,7 @@ impl Shares {
             let prefill_part = times.prefill_part[k] * overlap as f64;
             for &(i, cost) in times.prefills_of(k) {
                 let e = &it.batch[i as usize];
-                let held = (prefill_part * cost / times.weight[k]) as Nanos;
+                let held = (prefill_part * cost / times.weight(k)) as Nanos;
                 if *e.request_id == *victim {
                     self.own += held;
                     continue;
@@ -454,11 +509,7 @@ mod tests {
             other("b", 10_000, 0, 1_000),
             other("c", 5_000, 1_000, 2_000),
         ];
-        let ctx = Context {
-            iterations: &[],
-            others: &others,
-            model: None,
-        };
+        let ctx = Context::new(&[], &others, None);
         let mut s = Shares::default();
         s.add("v", 0, 1_000 * MS, &ctx);
         assert_eq!(s.lost, 1_000 * MS);
@@ -483,11 +534,7 @@ mod tests {
             other("long", 40_000, 0, 2_000),
             other("short", 2_000, 500, 600),
         ];
-        let ctx = Context {
-            iterations: &[],
-            others: &others,
-            model: None,
-        };
+        let ctx = Context::new(&[], &others, None);
         let mut s = Shares::default();
         s.add("v", 0, 2_000 * MS, &ctx);
         let short = s.all().into_iter().find(|c| c.id == "short").unwrap();
@@ -528,11 +575,7 @@ mod tests {
 
     /// Time other requests' prefills held inside [from, to) of `steps`, in ms.
     fn prefill_ms(steps: &[Iteration], from: i64, to: i64) -> Nanos {
-        let ctx = Context {
-            iterations: steps,
-            others: &[],
-            model: None,
-        };
+        let ctx = Context::new(steps, &[], None);
         let mut s = Shares::default();
         s.add("v", from * MS, to * MS, &ctx);
         s.prefill() / MS
@@ -551,11 +594,7 @@ mod tests {
         batch.push(("long", Prefill, 6_000, 32_000));
         batch.push(("short", Prefill, 2_000, 0));
         steps.push(step(9, 40, 140, &batch));
-        let ctx = Context {
-            iterations: &steps,
-            others: &[],
-            model: None,
-        };
+        let ctx = Context::new(&steps, &[], None);
         let mut s = Shares::default();
         s.add("v", 40 * MS, 140 * MS, &ctx);
         // The prefills added 90 ms; the long chunk's tokens each cost 1 + 35k / 40k, the short
@@ -614,11 +653,7 @@ mod tests {
         let mut times: Vec<Nanos> = (0..10).map(|k| k * 20 * MS).collect();
         times.extend((0..10).map(|k| (240 + k * 20) * MS));
         let others = [other("p", 1_000, 180, 240)];
-        let ctx = Context {
-            iterations: &[],
-            others: &others,
-            model: None,
-        };
+        let ctx = Context::new(&[], &others, None);
         let mut s = Shares::for_gaps(&times, &ctx);
         let gap = s.window("v", 180 * MS, 240 * MS, &ctx);
         assert_eq!(gap.prefill() / MS, 40, "{} ns", gap.prefill());
@@ -630,11 +665,7 @@ mod tests {
         let others: Vec<OtherRequest> = (0..40)
             .map(|i| other(&format!("r{i}"), 500, i * 25, i * 25 + 25))
             .collect();
-        let ctx = Context {
-            iterations: &[],
-            others: &others,
-            model: None,
-        };
+        let ctx = Context::new(&[], &others, None);
         let mut s = Shares::default();
         s.add("v", 0, 1_000 * MS, &ctx);
         assert_eq!(s.requests(), 40);

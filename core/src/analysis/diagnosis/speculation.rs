@@ -288,14 +288,7 @@ mod tests {
     }
 
     fn judged(r: &RequestTrace, steps: &[Iteration]) -> Vec<Finding> {
-        speculation(
-            r,
-            &Context {
-                iterations: steps,
-                others: &[],
-                model: None,
-            },
-        )
+        speculation(r, &Context::new(steps, &[], None))
     }
 
     #[test]
