@@ -13,7 +13,7 @@ mod span_fit;
 pub mod speculation;
 mod words;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,7 @@ use crate::analysis::metrics::request_metrics;
 use crate::model::architecture::{self, Architecture};
 use crate::model::{FinishReason, Iteration, Nanos, RequestTrace};
 use first_token::Wait;
+use share::StepTimes;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -194,6 +195,9 @@ pub struct Context<'a> {
     /// `iterations`' batches counted once for a page of requests ([`Context::among`]), and
     /// where in that page `iterations` start; counted here when not.
     counted: Option<(Arc<StepSums>, usize)>,
+    /// `iterations` as the engine spent its time on them, found once a diagnosis: every
+    /// finding that weighs who held the engine reads them.
+    times: OnceLock<StepTimes>,
 }
 
 impl<'a> Context<'a> {
@@ -209,6 +213,7 @@ impl<'a> Context<'a> {
             others,
             model,
             counted: None,
+            times: OnceLock::new(),
         }
     }
 
@@ -235,6 +240,10 @@ impl<'a> Context<'a> {
     /// layers on this model.
     pub fn attention_even_tokens(&self) -> f64 {
         architecture::attention_even_tokens(self.model.as_ref())
+    }
+
+    fn step_times(&self) -> &StepTimes {
+        self.times.get_or_init(|| StepTimes::of(self))
     }
 }
 

@@ -120,7 +120,7 @@ impl StepSums {
 /// the own times and the decode-only line are this context's: they depend on which steps it
 /// starts with.
 #[derive(Debug)]
-struct StepTimes {
+pub(super) struct StepTimes {
     /// Step indices by (end, start), and their ends in that order: the steps that ended inside
     /// a window are a range of them, found by binary search.
     by_end: Vec<usize>,
@@ -133,7 +133,7 @@ struct StepTimes {
 }
 
 impl StepTimes {
-    fn of(ctx: &Context) -> Self {
+    pub(super) fn of(ctx: &Context) -> Self {
         let steps = ctx.iterations;
         let (sums, from) = match &ctx.counted {
             Some((sums, from)) => (sums.clone(), *from),
@@ -277,8 +277,6 @@ pub(super) struct Shares {
     /// The victim's own prompt's share, weighed the same way.
     pub own: Nanos,
     pub inferred: bool,
-    /// The context's `StepTimes`, once: a decode's gaps are added one by one.
-    steps: Option<Arc<StepTimes>>,
     /// Without steps: the other requests' prefill intervals, fitted once (`span_fit`).
     fit: Option<Arc<SpanFit>>,
 }
@@ -299,10 +297,7 @@ impl Shares {
     }
 
     fn add_steps(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) {
-        let times = self
-            .steps
-            .get_or_insert_with(|| Arc::new(StepTimes::of(ctx)))
-            .clone();
+        let times = ctx.step_times();
         let mut covered = from;
         for &k in times.ended_in(from, to) {
             let it = &ctx.iterations[k];
@@ -370,15 +365,13 @@ impl Shares {
     }
 
     /// The tally of one more window of the same request and context, apart (to be merged or
-    /// not): it uses, and fills, the decode-only step time this tally finds once.
+    /// not): it uses, and fills, the prefill intervals this tally fits once.
     pub fn window(&mut self, victim: &str, from: Nanos, to: Nanos, ctx: &Context) -> Self {
         let mut w = Shares {
-            steps: self.steps.clone(),
             fit: self.fit.clone(),
             ..Shares::default()
         };
         w.add(victim, from, to, ctx);
-        self.steps.clone_from(&w.steps);
         self.fit.clone_from(&w.fit);
         w
     }
@@ -388,7 +381,6 @@ impl Shares {
         self.lost += other.lost;
         self.own += other.own;
         self.inferred |= other.inferred;
-        self.steps = self.steps.take().or(other.steps);
         self.fit = self.fit.take().or(other.fit);
         for (id, (held, tokens)) in other.by {
             let slot = self.by.entry(id).or_default();
