@@ -25,7 +25,7 @@ class RequestRefs:
         # Each request's entry for a plain decode step (one token), encoded once per export.
         self.decode_entries: dict[str, bytes] = {}
         # Speculative decode entries by (id, tokens, drafts, accepted): a few counts a request.
-        self._speculative: dict[tuple, bytes] = {}
+        self.speculative: dict[tuple, bytes] = {}
         # Batches renumbered into a later export's list (steps that ended after a send).
         self.renumbered = 0
 
@@ -43,9 +43,9 @@ class RequestRefs:
         """A decode entry verifying `draft` tokens, `accepted` of them; encoded once per export
         for each count (a step of 256 requests encoding theirs each time took milliseconds)."""
         key = (request_id, tokens, draft, accepted)
-        entry = self._speculative.get(key)
+        entry = self.speculative.get(key)
         if entry is None:
-            entry = self._speculative[key] = wire.batch_entry(self.ref(request_id), wire.PHASE_DECODE, tokens, 0, draft, accepted)
+            entry = self.speculative[key] = wire.batch_entry(self.ref(request_id), wire.PHASE_DECODE, tokens, 0, draft, accepted)
         return entry
 
     def decode_batch(self, request_ids, known) -> bytes:
@@ -63,7 +63,7 @@ class RequestRefs:
     def take(self) -> list[str]:
         """This export's ids; entries encoded from now on number from a new list."""
         ids = self.ids
-        self.ids, self._refs, self.decode_entries, self._speculative = [], {}, {}, {}
+        self.ids, self._refs, self.decode_entries, self.speculative = [], {}, {}, {}
         return ids
 
     def current(self, batch: bytes, ids: list[str]) -> bytes:

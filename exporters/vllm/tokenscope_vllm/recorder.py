@@ -303,7 +303,7 @@ class Recorder:
         batch, step.batch = self.refs.current(step.batch, step.ids), b""
         step.ids = []
         if step.spec:
-            batch += self._drafts(step, getattr(so, "scheduled_spec_decode_tokens", None) or {}, req_ids, made)
+            batch += self._drafts(step, req_ids, made)
         for r, tokens in step.prefills:
             r.chunks.append((step.start_ns, end_ns, tokens, step.iteration_id))
         self.iterations_out.append(
@@ -324,21 +324,25 @@ class Recorder:
             if r is not None:
                 self._finish(r, end_ns)
 
-    def _drafts(self, step: Step, spec: dict, req_ids, made) -> bytes:
+    def _drafts(self, step: Step, req_ids, made) -> bytes:
         """The entries of the step's speculative requests, with each one's drafts and how many it
         accepted: as vLLM counts them, every token the model runner kept but its own last one.
         The step keeps how many tokens it made for each (`Step.made`), to time them. Comprehensions
         over the batch: one Python loop's overhead per request was most of a speculative step's cost."""
         made_by = dict(zip(req_ids, made)) if made is not None and req_ids is not None else {}
-        step.made = {rid: n for rid in step.spec if spec.get(rid) and (n := made_by.get(rid, 0))}
-        entry, ran, made = self.refs.speculative_entry, step.ran, step.made
-        step.spec, ids = [], step.spec
-        return b"".join(
-            [
-                entry(rid, ran[rid], len(spec[rid]), min(made[rid] - 1, len(spec[rid]))) if rid in made else entry(rid, ran[rid], 0, 0)
-                for rid in ids
-            ]
-        )
+        ids, step.spec = step.spec, []
+        # Each verified 1 + its drafts (`_mixed_batch` checked), and made 1 + those it accepted.
+        step.made = dict(zip(ids, map(made_by.get, ids)))
+        if None in step.made.values() or 0 in step.made.values():
+            step.made = {rid: n for rid, n in step.made.items() if n}
+        # The entries as `RequestRefs.speculative_entry` encodes them, looked up in its cache
+        # without a call per request when they are there (most requests, most steps).
+        entry, cache, ran, made = self.refs.speculative_entry, self.refs.speculative, step.ran, step.made.get
+        keys = [
+            (rid, t, t - 1, (m if m < t else t) - 1) if (m := made(rid)) else (rid, t, 0, 0)
+            for rid, t in zip(ids, map(ran.__getitem__, ids))
+        ]
+        return b"".join([cache.get(k) or entry(*k) for k in keys])
 
     def _keep_logprobs(self, step: Step, outputs, logprobs, req_ids) -> None:
         """A step's logprobs: the batch's arrays whole when each row is one token; otherwise
@@ -415,6 +419,10 @@ class Recorder:
             if r is not None:
                 i = at[rid] if at is not None else req_ids.index(rid)
                 self._entry(r, counts[rid], cached.num_computed_tokens[i], cached.num_output_tokens[i], entries, prefills, silent, spec)
+        if not odd_rest and len(spec) == len(req_ids):
+            # Every request verifies drafts (speculative decoding's steady state): no plain
+            # decode entry to join.
+            return b"".join(entries), prefills, frozenset(silent), spec
         # The decoding rest in one join: the odd ones' decode entries blanked meanwhile.
         decode = self.refs.decode_entries
         saved = {rid: decode[rid] for rid in odd if rid in decode}
