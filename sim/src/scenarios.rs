@@ -869,4 +869,48 @@ mod tests {
             "{dropped} candidates, {words} word findings"
         );
     }
+
+    /// Every scenario's requests (speculation's among them) diagnosed against their run's steps
+    /// counted once (`Context::among`, as the findings worker does a page) get the diagnosis
+    /// they get counted alone, findings that read the drafts included.
+    #[test]
+    fn steps_counted_once_give_each_scenarios_own_diagnoses() {
+        use std::sync::Arc;
+        use tokenscope_core::analysis::diagnosis::{
+            Cause, Context, OtherRequest, StepSums, Thresholds, diagnose, steps_of,
+        };
+        let th = Thresholds::default();
+        let (mut compared, mut speculation) = (0, 0);
+        for name in NAMES.iter().chain(&EXTRA) {
+            let s = build(name, T0, 1).unwrap();
+            for run in &s.runs {
+                let out = &run.output;
+                let others: Vec<OtherRequest> = out.requests.iter().map(OtherRequest::of).collect();
+                let page = Arc::new(StepSums::of(&out.iterations, None));
+                for r in &out.requests {
+                    let alone = diagnose(
+                        r,
+                        &Context::new(steps_of(&out.iterations, r), &others, None),
+                        &th,
+                    );
+                    let among = diagnose(
+                        r,
+                        &Context::among(&out.iterations, &page, r, &others, None),
+                        &th,
+                    );
+                    assert_eq!(among, alone, "{name}: {}", r.request_id);
+                    compared += 1;
+                    speculation += alone
+                        .findings
+                        .iter()
+                        .filter(|f| f.cause == Cause::SpeculationLowAcceptance)
+                        .count();
+                }
+            }
+        }
+        assert!(
+            compared > 300 && speculation > 0,
+            "{compared} compared, {speculation} speculation findings"
+        );
+    }
 }

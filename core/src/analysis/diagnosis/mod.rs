@@ -245,6 +245,14 @@ impl<'a> Context<'a> {
     fn step_times(&self) -> &StepTimes {
         self.times.get_or_init(|| StepTimes::of(self))
     }
+
+    /// Whether any of the steps may have verified draft tokens: known from a page's counts,
+    /// else assumed.
+    fn may_have_drafts(&self) -> bool {
+        self.counted
+            .as_ref()
+            .is_none_or(|(sums, from)| sums.drafted(*from, from + self.iterations.len()))
+    }
 }
 
 fn ms(ns: Nanos) -> f64 {

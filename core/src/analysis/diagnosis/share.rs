@@ -53,6 +53,9 @@ pub struct StepSums {
     /// Step `k`'s prefill entries are `prefills[prefills_from[k]..prefills_from[k + 1]]`.
     prefills: Vec<(u32, f64)>,
     prefills_from: Vec<usize>,
+    /// Entries that verified draft tokens in the steps before step `k` (speculative decoding):
+    /// without any in a request's steps, the speculation rule has nothing to read.
+    drafted_before: Vec<usize>,
 }
 
 /// One step's batch, counted.
@@ -76,7 +79,14 @@ impl StepSums {
         let mut sums = Vec::with_capacity(steps.len());
         let mut weight = Vec::with_capacity(steps.len());
         let (mut prefills, mut prefills_from) = (Vec::new(), vec![0]);
+        let mut drafted_before = Vec::with_capacity(steps.len() + 1);
+        drafted_before.push(0);
         for it in steps {
+            let drafted = it
+                .batch
+                .iter()
+                .filter(|e| e.draft.is_some_and(|d| d.proposed > 0));
+            drafted_before.push(drafted_before[drafted_before.len() - 1] + drafted.count());
             let mut sum = StepSum {
                 prefill_tokens: 0.0,
                 tokens: 0.0,
@@ -104,7 +114,13 @@ impl StepSums {
             weight,
             prefills,
             prefills_from,
+            drafted_before,
         }
+    }
+
+    /// Whether any entry of steps `from..to` verified draft tokens.
+    pub(super) fn drafted(&self, from: usize, to: usize) -> bool {
+        self.drafted_before[to] > self.drafted_before[from]
     }
 
     /// Whether these are `steps.len()` steps counted for a model evened at `even` tokens.

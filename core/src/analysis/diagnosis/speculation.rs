@@ -55,6 +55,9 @@ fn percent(x: f64) -> String {
 }
 
 pub(super) fn speculation(r: &RequestTrace, ctx: &Context) -> Vec<Finding> {
+    if !ctx.may_have_drafts() {
+        return Vec::new(); // no step verified drafts: every entry's walk would find none
+    }
     let (own, others) = tallies(&r.request_id, ctx.iterations);
     if own.steps < MIN_STEPS {
         return Vec::new();
