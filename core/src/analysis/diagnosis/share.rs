@@ -289,7 +289,8 @@ pub(super) struct Culprit {
 pub(super) struct Shares {
     /// The time the culprits are weighed against.
     pub lost: Nanos,
-    by: BTreeMap<String, (Nanos, u64)>,
+    /// By request id (shared with the steps' batch entries: counting a prefill allocates nothing).
+    by: BTreeMap<Arc<str>, (Nanos, u64)>,
     /// The victim's own prompt's share, weighed the same way.
     pub own: Nanos,
     pub inferred: bool,
@@ -331,7 +332,7 @@ impl Shares {
                     self.own += held;
                     continue;
                 }
-                let slot = self.by.entry(e.request_id.to_string()).or_default();
+                let slot = self.by.entry(e.request_id.clone()).or_default();
                 slot.0 += held;
                 slot.1 += (f64::from(e.tokens) * inside).round() as u64;
             }
@@ -358,7 +359,7 @@ impl Shares {
                     self.own += held;
                     continue;
                 }
-                let slot = self.by.entry(id.to_string()).or_default();
+                let slot = self.by.entry(Arc::from(id)).or_default();
                 slot.0 += held;
                 // Tokens by the part of its interval inside this segment.
                 slot.1 += (f64::from(i.tokens) * (b - a) as f64 / (i.end - i.start) as f64).round()
@@ -420,7 +421,7 @@ impl Shares {
             .iter()
             .filter(|(_, v)| v.0 > 0)
             .map(|(id, &(held, tokens))| Culprit {
-                id: id.clone(),
+                id: id.to_string(),
                 held,
                 tokens,
             })
