@@ -123,6 +123,11 @@ ensure_sglang() {
       { cat "$SGLANG_VENV/pip.log"; return 1; }
     cp "$req" "$SGLANG_VENV/.installed"
   fi
+  # The exporter's native part (exporters/core/setup.py) builds with a C compiler and Python's
+  # headers; without them pip skips it and the exporter packs in Python (a test says so).
+  command -v cc >/dev/null || apt_install build-essential
+  "$SGLANG_VENV/bin/python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' ||
+    apt_install python3-dev
   "$SGLANG_VENV/bin/pip" install -q --no-deps --force-reinstall "$ROOT/exporters/core" "$ROOT/exporters/sglang" 2>"$SGLANG_VENV/pip.log" ||
     { cat "$SGLANG_VENV/pip.log"; return 1; }
   rm -rf "$ROOT"/exporters/{core,sglang}/{build,*.egg-info}  # setuptools builds in the source tree

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from operator import attrgetter
 from urllib.parse import unquote
@@ -87,6 +88,10 @@ class RequestRecord:
     kv_transfer: tuple | None = None
     # When it was preempted, until it resumes.
     preempted_ns: int = 0
+    # The window's steps that made a token for it, as far as it has looked (`StepWindow.making`):
+    # up to the step before iteration `made_through`.
+    made_steps: list = field(default_factory=list)
+    made_through: int = 0
     # Filled when it is done.
     token_ids: list = field(default_factory=list)
     token_iterations: list = field(default_factory=list)
@@ -103,36 +108,48 @@ class RequestRecord:
     candidate_ids: list = field(default_factory=list)
     candidate_logprobs: list = field(default_factory=list)
 
-    def close(self, making: list, at_ns: int, texts) -> None:
+    def close(self, making: list, at_ns: int, texts, window: StepWindow | None = None) -> None:
         """Once its token ids are in: when it finished (`at_ns`, else when the last step that made a
-        token ended), and each token's step and times. Its tokens' and candidates' texts go by id
-        when the exporter has a tokenizer (`texts`), so their ids are noted there."""
+        token ended), and each token's step and times (`making`, from `window` when given). Its
+        tokens' and candidates' texts go by id when the exporter has a tokenizer (`texts`), so
+        their ids are noted there."""
         if not at_ns:
             at_ns = making[-1].end_ns if making else time.time_ns()
         self.finished_ns = max(at_ns, self.arrival_ns)
-        self.time_tokens(making)
+        self.time_tokens(making, window)
         if texts.available():
             texts.use(self.token_ids)
             texts.use(self.candidate_ids)
 
-    def time_tokens(self, making: list) -> None:
-        """Each token gets the step that made it, `making` being those steps in order: one step
-        per token (after the handed-off ones, on a PD decode instance), or with speculative
-        decoding as many as the step says it made (`made`; the last step's may have been cut by
-        a stop or the length limit). When the steps do not add up (the window lost the earliest)
-        the tokens go without times rather than with wrong ones."""
+    def time_tokens(self, making: list, window: StepWindow | None = None) -> None:
+        """Each token gets the step that made it, `making` being those steps in order (kept by
+        `window`, when given): one step per token (after the handed-off ones, on a PD decode
+        instance), or with speculative decoding as many as the step says it made (`made`; the
+        last step's may have been cut by a stop or the length limit). When the steps do not add
+        up (the window lost the earliest) the tokens go without times rather than with wrong
+        ones."""
         h = self.handoff
         rid = self.request_id
-        if _speculative(making):
+        expanded = False  # a step in `making` once per token it made
+        if (window is None or window.speculative) and _speculative(making):
             making = [s for s in making for _ in range((s.made or {}).get(rid, 1))]
             cut = len(making) + h - len(self.token_ids)
             if 0 < cut and making[-1 - cut] is making[-1]:
                 del making[-cut:]
+            expanded = True
         if len(making) + h != len(self.token_ids):
             return
         # Handed-off tokens were made on the prefill instance: no step here (iteration 0, not
         # known), there when the KV cache arrived.
-        if np is not None and making:
+        columns = window.columns(making) if window is not None and not expanded else None
+        if columns is not None:
+            # Consecutive steps (most requests): each column is a slice of the window's.
+            if h:
+                head = (bytes(8 * h), _NS.pack(self.handoff_ns) * h, _NS.pack(self.handoff_ns) * h)
+                columns = [a + b for a, b in zip(head, columns)]
+            ids, starts, ends = columns
+            self.token_iterations, self.scheduled_ns, self.emitted_ns = wire.Packed(ids, "Q"), wire.Packed(starts, "q"), wire.Packed(ends, "q")
+        elif np is not None and making:
             # Each step's id and times, packed when the window kept it, joined in one C call:
             # three Python passes over the steps were most of a finished request's encoding.
             rows = np.frombuffer(b"".join(map(_TIMES_OF, making)), _TIMES_DTYPE)
@@ -160,6 +177,7 @@ _MADE = attrgetter("made")
 # A kept step's iteration id, start and end, packed (`StepWindow.keep`): a finished request's
 # token columns are its steps' rows joined.
 _TIMES = struct.Struct("<Qqq")
+_NS = struct.Struct("<q")
 _TIMES_OF = attrgetter("times")
 _TIMES_DTYPE = [("id", "<u8"), ("start", "<i8"), ("end", "<i8")]
 
@@ -214,6 +232,14 @@ class StepWindow:
     def __init__(self, cap: int = STEP_WINDOW) -> None:
         self.steps: list = []
         self.base = 0
+        # The steps' ids, starts and ends, 8 bytes each (zeros for a gap), in the same order: the
+        # token columns of a request that ran in consecutive steps are slices of them (`columns`).
+        self.ids, self.starts, self.ends = bytearray(), bytearray(), bytearray()
+        # Runs of consecutive steps that share one `made_by` set (the same object: a decode batch
+        # like the step before's), by the iteration id each starts at: `making` tests a request
+        # once a run rather than once a step.
+        self.run_starts: list[int] = []
+        self.run_sets: list = []
         self.cap = cap
         # Set by the recorder once a step made several tokens for a request (speculative
         # decoding): until then no request's steps need to be looked through for it.
@@ -225,26 +251,79 @@ class StepWindow:
         w = self.steps
         if not w:
             self.base = step.iteration_id
+            self.run_starts, self.run_sets = [], []
         gap = step.iteration_id - (self.base + len(w))
         if gap < 0:
             return  # out of order: older than the window
-        w.extend([_GAP] * gap)
+        if gap:
+            self._run(self.base + len(w), _GAP.made_by)
+            w.extend([_GAP] * gap)
+            for column in (self.ids, self.starts, self.ends):
+                column += bytes(8 * gap)
         step.made_by = step.ran if not step.silent else frozenset(step.ran).difference(step.silent)
         step.times = _TIMES.pack(step.iteration_id, step.start_ns, step.end_ns)
+        self._run(step.iteration_id, step.made_by)
         w.append(step)
+        self.ids += step.times[:8]
+        self.starts += step.times[8:16]
+        self.ends += step.times[16:]
         if len(w) > self.cap or len(w) % 1024 == 0:
             oldest = min((r.first_iteration for r in records.values() if r.first_iteration), default=step.iteration_id + 1)
             drop = min(max(oldest - self.base, len(w) - self.cap, 0), len(w))
             del w[:drop]
+            for column in (self.ids, self.starts, self.ends):
+                del column[: 8 * drop]
             self.base += drop
+            first = bisect_right(self.run_starts, self.base) - 1  # the run the window starts in
+            if first > 0:
+                del self.run_starts[:first], self.run_sets[:first]
+
+    def _run(self, at: int, made_by) -> None:
+        if not self.run_sets or self.run_sets[-1] is not made_by:
+            self.run_starts.append(at)
+            self.run_sets.append(made_by)
+
+    def columns(self, steps: list) -> tuple | None:
+        """The ids, starts and ends of `steps` (kept here, in order), each packed 8 bytes a step,
+        when they are consecutive steps (a request decoding in every step from its first: most);
+        else None. Joining the steps' rows took a pass over them, each out of cache by the time
+        its request finishes."""
+        if not steps:
+            return None
+        first, last = steps[0].iteration_id - self.base, steps[-1].iteration_id - self.base
+        w = self.steps
+        if first < 0 or last - first + 1 != len(steps) or last >= len(w) or w[first] is not steps[0] or w[last] is not steps[-1]:
+            return None
+        a, b = 8 * first, 8 * (last + 1)
+        return bytes(self.ids[a:b]), bytes(self.starts[a:b]), bytes(self.ends[a:b])
 
     def making(self, r: RequestRecord) -> list:
-        """The ended steps that made a token for the request, oldest first, from its first (one
-        comprehension with one test a step: it runs for every finished request over all of its
-        steps)."""
-        rid = r.request_id
-        start = max(0, r.first_iteration - self.base) if r.first_iteration else 0
-        return [s for s in self.steps[start:] if rid in s.made_by]
+        """The ended steps that made a token for the request, oldest first, from its first. Kept
+        on the record (not to be changed by the caller) and looked for in the steps added since
+        the last call only: a recorder behind the engine asks again each step until the request's
+        last step is in."""
+        end = self.base + len(self.steps)
+        start = max(r.made_through, r.first_iteration, self.base)
+        if start < end:
+            r.made_steps += self._made_by(r.request_id, start)
+        r.made_through = end
+        return r.made_steps
+
+    def _made_by(self, rid: str, start: int) -> list:
+        """Of the steps from iteration `start` on, those that made a token for `rid`: one test a
+        run of steps that share their `made_by` set (a request decoding in a batch that stays the
+        same), or one a step where the runs are short."""
+        w, base = self.steps, self.base
+        starts, sets = self.run_starts, self.run_sets
+        k = max(bisect_right(starts, start) - 1, 0)
+        if 4 * (len(starts) - k) > base + len(w) - start:
+            return [s for s in w[start - base :] if rid in s.made_by]
+        out: list = []
+        ends = starts[k + 1 :] + [base + len(w)]
+        for run_start, made_by, end in zip(starts[k:], sets[k:], ends):
+            if rid in made_by:
+                out += w[max(run_start, start) - base : end - base]
+        return out
 
     def last(self, r: RequestRecord):
         rid = r.request_id

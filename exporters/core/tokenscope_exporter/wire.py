@@ -11,6 +11,12 @@ from __future__ import annotations
 import struct
 from itertools import starmap
 
+try:  # the optional native part (`_native.c`), built with the package when a compiler is there
+    from tokenscope_exporter._native import pack_rows as _pack_rows
+    from tokenscope_exporter._native import varint as _varint_native
+except ImportError:
+    _pack_rows = _varint_native = None
+
 UNKNOWN_TOKEN = 0xFFFFFFFF
 
 # Enum values, as in trace.proto.
@@ -21,8 +27,21 @@ PHASE_PREFILL, PHASE_DECODE = 1, 2
 SPECIAL_EOS = 1
 
 
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+
 def varint(n: int) -> bytes:
     """Unsigned LEB128; negative int64 values as their two's complement, as protobuf does."""
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
+    if _varint_native is not None:
+        out = _varint_native(n)
+        if out is not None:
+            return out
+    return _varint_py(n)
+
+
+def _varint_py(n: int) -> bytes:
     if n < 0:
         n += 1 << 64
     if n < 0x80:
@@ -139,9 +158,18 @@ class Packed:
 
 
 def packed_rows(rows, width: int, code: str) -> Packed | None:
-    """Rows of `width` values each, packed fixed-width (`code` as for `packed_fixed`) with one
+    """Rows of `width` values each, packed fixed-width (`code` as for `packed_fixed`): in C when
+    the native part is built and the rows are plain lists of ints or floats (most), else with one
     `struct` call per row, which also checks the row's width; None when a row has another width
     or a value that does not fit."""
+    if _pack_rows is not None:
+        data = _pack_rows(rows, width, code)
+        if data is not None:
+            return Packed(data, code)
+    return _packed_rows_py(rows, width, code)
+
+
+def _packed_rows_py(rows, width: int, code: str) -> Packed | None:
     row = struct.Struct(f"<{width}{code}")
     try:
         return Packed(b"".join(starmap(row.pack, rows)), code)
@@ -159,6 +187,10 @@ def packed_fixed(field: int, values, code: str) -> bytes:
         return length_delimited(field, values.data)
     if np is not None and isinstance(values, np.ndarray):
         return length_delimited(field, values.astype(_DTYPES[code], copy=False).tobytes())
+    if _pack_rows is not None:  # a list of plain ints or floats (a request's token ids, logprobs)
+        data = _pack_rows((values,), len(values), code)
+        if data is not None:
+            return length_delimited(field, data)
     try:
         return length_delimited(field, struct.pack(f"<{len(values)}{code}", *values))
     except (struct.error, OverflowError):
@@ -182,6 +214,17 @@ def batch_entry(request_ref: int, phase: int, tokens: int, prefill_offset: int, 
         4,
         uint(5, request_ref) + uint(2, phase) + uint(3, tokens) + uint(4, prefill_offset) + uint(6, draft) + uint(7, accepted),
     )
+
+
+# A decode entry's fields after its reference: phase decode, one token (`batch_entry`).
+_DECODE_ONE = uint(2, PHASE_DECODE) + uint(3, 1)
+
+
+def decode_entry(request_ref: int) -> bytes:
+    """`batch_entry(request_ref, PHASE_DECODE, 1, 0)`, the entry of most requests in most steps,
+    written without its six fields' calls."""
+    body = b"\x28" + varint(request_ref) + _DECODE_ONE  # field 5, varint
+    return b"\x22" + varint(len(body)) + body  # field 4, length-delimited
 
 
 def read_batch(batch: bytes):

@@ -4,7 +4,8 @@ and `ScheduleBatch` objects (`scripts/test-engines --bench`).
 - On the scheduler's thread: what the two per-step hooks add around SGLang's methods (building
   the step's event, reading the clock, appending to the buffer).
 - On the exporter's thread: recording a step (its start and its end) and, as requests finish,
-  encoding them; its CPU time per step.
+  encoding them; its CPU time per step, with its share of the garbage collector's (by the
+  objects it allocates, against the model's).
 
 Nothing listens at the endpoint: sends fail fast and are counted, as when tokenscope is down.
 """
@@ -12,6 +13,7 @@ Nothing listens at the endpoint: sends fail fast and are counted, as when tokens
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -62,17 +64,36 @@ def main() -> None:
         hook_ns.append(time.perf_counter_ns() - t0)
     sink.clear()
 
-    # The exporter's side: the recorder over the same steps, every request finishing at the end.
+    # The exporter's side: the recorder over the same steps, every request finishing at the end,
+    # its calls timed as they run between the model's (as vLLM's bench times its exporter's
+    # drain). The collector runs in whichever thread allocates past its threshold, and the
+    # model's per-token lists are most of what it walks: it is off while the calls are timed and
+    # the recorder's allocations counted, and its cost is charged after by that count.
     rec = Recorder(Texts())
+    timed = Timed()
+    gc.collect()
+    gc.disable()
     for req in reqs:
         rec.queued(req, time.time_ns())
     batch = ScheduleBatch(reqs=reqs, forward_mode=ForwardMode.EXTEND, prefix_lens=[0] * len(reqs), extend_lens=[64] * len(reqs))
-    started = time.thread_time_ns()
-    rec.launched(
-        0, batch.forward_mode, tuple(reqs), batch.prefix_lens, batch.extend_lens, None, None, time.time_ns(), len(reqs), 0, 0.5
+    timed(
+        rec.launched,
+        0,
+        batch.forward_mode,
+        tuple(reqs),
+        batch.prefix_lens,
+        batch.extend_lens,
+        None,
+        None,
+        time.time_ns(),
+        len(reqs),
+        0,
+        0.5,
     )
-    rec.processed(0, time.time_ns())
+    timed(rec.processed, 0, time.time_ns())
+    model_allocs = 0
     for n in range(1, args.steps + 1):
+        before = gc.get_count()[0]
         for req in reqs:
             req.output_ids.append(100 + n % 1000)
             if args.logprobs:
@@ -80,27 +101,69 @@ def main() -> None:
         if n == args.steps:
             for req in reqs:
                 req.update_finish_state()
-        rec.launched(n, ForwardMode.DECODE, tuple(reqs), None, None, None, None, time.time_ns(), len(reqs), 0, 0.5)
-        rec.processed(n, time.time_ns())
-    cpu = time.thread_time_ns() - started
+        model_allocs += gc.get_count()[0] - before
+        timed(rec.launched, n, ForwardMode.DECODE, tuple(reqs), None, None, None, None, time.time_ns(), len(reqs), 0, 0.5)
+        timed(rec.processed, n, time.time_ns())
+    gc.enable()
     requests, iterations = rec.take()
     assert len(requests) == len(reqs) and len(iterations) == args.steps + 1, (len(requests), len(iterations))
-    # The model's part (appending tokens) ran on this thread too: subtract it.
-    started = time.thread_time_ns()
-    for n in range(args.steps):
+    # What a collection costs per object allocated, over the model's own steps on a heap like it.
+    ns_per_alloc = _collector_ns_per_alloc(reqs, args)
+    own = timed.ns / args.steps / 1000
+    gc_share = timed.allocs * ns_per_alloc / args.steps / 1000
+    hook = statistics.median(hook_ns) / 1000
+    print(
+        f"SGLang plugin, batch {args.batch} decoding, top-{args.logprobs} logprobs, {args.steps} steps: "
+        f"hooks on the scheduler's thread {hook:.1f} µs/step (median); "
+        f"exporter thread {own + gc_share:.0f} µs CPU/step, requests encoded included "
+        f"({own:.0f} its own, {gc_share:.1f} its share of the collector's: {timed.allocs / args.steps:.0f} objects "
+        f"a step against the model's {model_allocs / args.steps:.0f})"
+    )
+
+
+class Timed:
+    """Calls timed on this thread's CPU clock, with the objects the collector tracks that they
+    left allocated (`gc.get_count`, with the collector off)."""
+
+    def __init__(self) -> None:
+        self.ns = self.allocs = 0
+
+    def __call__(self, f, *args) -> None:
+        before, t = gc.get_count()[0], time.thread_time_ns()
+        f(*args)
+        self.ns += time.thread_time_ns() - t
+        self.allocs += gc.get_count()[0] - before
+
+
+def _collector_ns_per_alloc(reqs, args) -> float:
+    """The collector's CPU per object allocated, over the model's part of as many steps again,
+    collections timed by `gc.callbacks`."""
+    spent, started = [0], [0]
+
+    def on_gc(phase, info) -> None:
+        if phase == "start":
+            started[0] = time.thread_time_ns()
+        else:
+            spent[0] += time.thread_time_ns() - started[0]
+
+    gc.disable()
+    allocs = gc.get_count()[0]
+    for _ in range(args.steps):
         for req in reqs:
             req.output_ids.append(1)
             if args.logprobs:
                 _logprobs(req, args.logprobs)
-    model = time.thread_time_ns() - started
-
-    hook = statistics.median(hook_ns) / 1000
-    per_step = (cpu - model) / args.steps / 1000
-    print(
-        f"SGLang plugin, batch {args.batch} decoding, top-{args.logprobs} logprobs, {args.steps} steps: "
-        f"hooks on the scheduler's thread {hook:.1f} µs/step (median); "
-        f"exporter thread {per_step:.0f} µs CPU/step, requests encoded included"
-    )
+    allocs = gc.get_count()[0] - allocs
+    # The same again with the collector on (the counts above are exact only with it off).
+    gc.callbacks.append(on_gc)
+    gc.enable()
+    for _ in range(args.steps):
+        for req in reqs:
+            req.output_ids.append(1)
+            if args.logprobs:
+                _logprobs(req, args.logprobs)
+    gc.callbacks.remove(on_gc)
+    return spent[0] / max(allocs, 1)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,28 @@ def test_request_refs_number_each_export_from_one():
     assert refs.current(moved, refs.ids) is moved
 
 
+def test_a_decode_step_encoded_again_after_a_send_equals_its_entries_renumbered():
+    from tokenscope_exporter.refs import ANY
+
+    for ref in [1, 2, 127, 128, 300, 16384, 2**21]:
+        assert wire.decode_entry(ref) == wire.batch_entry(ref, wire.PHASE_DECODE, 1, 0), ref
+    known = {f"r{i}" for i in range(300)} - {"r7"}
+    rids = [f"r{i}" for i in range(300)]
+    for warm in (False, True):  # the export's entries cached (most steps) or not
+        a, b = RequestRefs(), RequestRefs()
+        for refs in (a, b):
+            if warm:
+                refs.decode_batch(rids, known)
+            refs.entry("p", wire.PHASE_PREFILL, 9, 0)
+        batch, decoded = a.decode_batch_of(rids, known)
+        assert batch == b.decode_batch(rids, known) and "r7" not in decoded and len(decoded) == 299
+        old = a.ids
+        a.take(), b.take()
+        a.decode_batch(["r5"], known), b.decode_batch(["r5"], known)
+        assert a.decode_batch(decoded, ANY) == b.current(batch, old)
+        assert a.ids == b.ids
+
+
 def test_speculative_entries_are_cached_per_export_and_renumbered_after_a_send():
     refs = RequestRefs()
     refs.entry("x", wire.PHASE_PREFILL, 8, 0)
@@ -124,3 +146,78 @@ def test_sglang_candidates_of_one_width_are_packed_and_of_several_listed():
         assert list(r.candidate_ids) == [7 + j for w in widths for j in range(w)]
         assert len(r.candidate_logprobs) == sum(widths) and list(r.ranks) == [0, 0, 0]
         assert isinstance(r.candidate_ids, wire.Packed) == (widths == [3, 3, 3]), widths
+
+
+def test_the_native_part_is_built_where_the_plugin_is_installed():
+    # `scripts/test-engines` installs the exporter as pip does on an engine's host: with a C
+    # compiler there, the native part must have been built (else it fell back, silently).
+    assert wire._pack_rows is not None and wire._varint_native is not None
+
+
+def _edge_values(rng, code):
+    """Values that pack, and values on either side of what `struct` takes, for `code`."""
+    if code == "I":
+        good = [0, 1, 255, 2**31, 2**32 - 1, True, rng.randrange(2**32)]
+        bad = [-1, 2**32, 2**64, 1.5, "7", None]
+    else:
+        good = [0.0, -0.0, -0.5, 1e-45, 3.4028234663852886e38, float("inf"), float("-inf"), float("nan"), 7, rng.random()]
+        bad = [1e39, -1e300, "x", None]
+    return good, bad
+
+
+def test_rows_packed_natively_equal_rows_packed_by_struct():
+    # The native part packs plain rows; for anything else it declines and `struct` decides, so
+    # the bytes are the same whether it was built or not.
+    import numpy as np
+
+    rng = random.Random(11)
+    for code in ("I", "f"):
+        good, bad = _edge_values(rng, code)
+        extra = [np.uint32(5), np.float32(0.25), np.int64(3)] if code == "I" else [np.float64(0.5), np.float32(-2.0)]
+        for _ in range(300):
+            width = rng.randrange(0, 6)
+            rows = [[rng.choice(good) for _ in range(width)] for _ in range(rng.randrange(0, 40))]
+            if rows and rng.random() < 0.5:
+                i, j = rng.randrange(len(rows)), rng.randrange(width) if width else 0
+                if width:
+                    rows[i][j] = rng.choice(bad + extra)
+                elif rng.random() < 0.5:
+                    rows[i] = [1]  # a row of another width
+            if rows and rng.random() < 0.2:
+                rows = [tuple(r) for r in rows] if rng.random() < 0.5 else tuple(rows)
+            native = wire._pack_rows(rows, width, code)
+            python = wire._packed_rows_py(rows, width, code)
+            if native is not None:
+                assert python is not None and native == python.data, rows
+            packed = wire.packed_rows(rows, width, code)
+            assert (packed is None) == (python is None) and (packed is None or packed.data == python.data), rows
+    # A column is one row: the same bytes as `struct` for the token ids and logprobs.
+    ids = [rng.randrange(2**32) for _ in range(3000)]
+    assert wire._pack_rows((ids,), len(ids), "I") == wire._packed_rows_py((ids,), len(ids), "I").data
+    assert wire._pack_rows([[1, 2]], 2, "q") is None, "only the codes it knows"
+
+
+def test_columns_packed_natively_equal_columns_packed_without_it(monkeypatch):
+    rng = random.Random(12)
+    columns = [
+        ("I", [rng.randrange(2**32) for _ in range(500)]),
+        ("f", [rng.uniform(-30, 0) for _ in range(500)]),
+        ("f", [-1e39, -0.5, float("nan")]),  # beyond float32 (-inf) and a NaN: numpy's way
+        ("I", [1, True, 2]),
+        ("q", [-5, 2**62]),
+    ]
+    native = [wire.packed_fixed(4, values, code) for code, values in columns]
+    monkeypatch.setattr(wire, "_pack_rows", None)
+    assert native == [wire.packed_fixed(4, values, code) for code, values in columns]
+
+
+def test_varints_written_natively_equal_the_python_loop():
+    rng = random.Random(13)
+    values = [0, 1, 127, 128, 255, 16384, 2**31, 2**32, 2**63 - 1, 2**63, 2**64 - 1, -1, -2, -(2**63), True]
+    values += [rng.randrange(1 << rng.randrange(1, 64)) for _ in range(2000)]
+    values += [-rng.randrange(1, 1 << rng.randrange(1, 63)) for _ in range(500)]
+    for v in values:
+        assert wire.varint(v) == wire._varint_py(v), v
+    # Outside int64 / uint64 the native part declines: the Python loop writes what it writes.
+    assert wire._varint_native(2**64) is None and wire._varint_native(-(2**63) - 1) is None
+    assert wire.varint(2**64) == wire._varint_py(2**64)

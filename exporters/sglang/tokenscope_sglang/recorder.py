@@ -19,7 +19,7 @@ from itertools import chain, compress
 from operator import attrgetter
 
 from tokenscope_exporter import Texts, wire
-from tokenscope_exporter.refs import RequestRefs
+from tokenscope_exporter.refs import ANY, RequestRefs
 from tokenscope_exporter.record import RequestRecord, StepWindow, first_tokens, stopped_by_last, tokens_made
 
 # Every so many steps, requests that finished without running a step (aborted while waiting)
@@ -35,6 +35,7 @@ _FINISH = {
     "FINISH_ABORT": wire.FINISH_ABORT,
 }
 _FINISHED = attrgetter("finished_reason")
+_RID = attrgetter("rid")
 # SGLang's "whole vocabulary" top-k (sampling/sampling_params.py TOP_K_ALL), and its -1.
 _TOP_K_ALL = 1 << 30
 
@@ -103,6 +104,8 @@ class Step:
     # request ids it made a token for.
     times: bytes = b""
     made_by: object = None
+    # A decode step: the ids its batch has entries for, in order (`RequestRefs.decode_batch_of`).
+    decoded: list | None = None
 
 
 class Recorder:
@@ -199,15 +202,18 @@ class Recorder:
                 # The same requests as the step before (a comparison of references, in C), in
                 # the same export: most decode steps. Their encoding and id set are the
                 # previous step's.
-                _, batch, ran, _ = prev
+                _, batch, ran, _, decoded = prev
             else:
-                batch, ran = self._decode_batch(reqs), frozenset(req.rid for req in reqs)
-                self.last_decode = (reqs, batch, ran, self.refs.ids)
+                rids = list(map(_RID, reqs))
+                (batch, decoded), ran = self.refs.decode_batch_of(rids, self.records), frozenset(rids)
+                self.last_decode = (reqs, batch, ran, self.refs.ids, decoded)
             prefills, silent = [], set()
         else:
             batch, prefills, silent = self._mixed_batch(reqs, prefix_lens, extend_lens, decoding_reqs, chunked_req, start_ns, it)
-            ran = frozenset(req.rid for req in reqs)
-        self.pending[forward_iter] = Step(it, start_ns, reqs, ran, silent, batch, self.refs.ids, prefills, running, waiting, kv_usage)
+            ran, decoded = frozenset(map(_RID, reqs)), None
+        step = Step(it, start_ns, reqs, ran, silent, batch, self.refs.ids, prefills, running, waiting, kv_usage)
+        step.decoded = decoded
+        self.pending[forward_iter] = step
 
     def processed(self, forward_iter, end_ns: int, accepted=None, drafts: int = 0) -> None:
         """The step's output has been applied: the step ends, and what finished in it is done.
@@ -221,6 +227,9 @@ class Recorder:
         self.window.keep(step, self.records)
         if accepted is not None and not step.prefills and len(accepted) == len(step.reqs):
             batch = self._speculative_batch(step, accepted, drafts)
+        elif step.decoded is not None and step.ids is not self.refs.ids:
+            # A decode step launched before a send: its entries again, numbered for this export.
+            batch = self.refs.decode_batch(step.decoded, ANY)
         else:
             batch = self.refs.current(step.batch, step.ids)  # numbered for the export it goes in
         step.batch = b""
@@ -236,7 +245,7 @@ class Recorder:
         for req in compress(step.reqs, map(_FINISHED, step.reqs)):
             r = records.get(req.rid)
             if r is not None:
-                self._maybe_finish(r, end_ns)
+                self._maybe_finish(r, end_ns, step.iteration_id)
         step.reqs = ()  # the window keeps ids, not SGLang's requests
         self.processed_steps += 1
         if self.processed_steps % SWEEP_EVERY == 0:
@@ -254,15 +263,11 @@ class Recorder:
         request computed its drafts and the token before them, and made its accepted drafts and
         one token of the target model's. A request that made nothing in it (retracted or finished
         while it ran, under the overlap scheduler) made none."""
-        rids = [req.rid for req in step.reqs]
+        rids = list(map(_RID, step.reqs))
         silent, records, entry = step.silent, self.records, self.refs.speculative_entry
         step.made = {rid: a + 1 for rid, a in zip(rids, accepted) if rid not in silent}
         self.window.speculative = True
         return b"".join([entry(rid, drafts + 1, drafts, min(a, drafts)) for rid, a in zip(rids, accepted) if rid in records])
-
-    def _decode_batch(self, reqs) -> bytes:
-        # Requests whose arrival was dropped with a full buffer are left out.
-        return self.refs.decode_batch([req.rid for req in reqs], self.records)
 
     def _mixed_batch(self, reqs, prefix_lens, extend_lens, decoding_reqs, chunked_req, start_ns: int, it: int):
         """A prefill batch (SGLang's EXTEND), or one mixed with the running decodes (MIXED)."""
@@ -270,10 +275,14 @@ class Recorder:
         decoding = {id(q) for q in decoding_reqs or ()}
         prefix_lens, extend_lens = prefix_lens or (), extend_lens or ()
         entries, prefills, silent = [], [], set()
+        decodes: list = []  # consecutive decoding requests, encoded in one call
         for i, req in enumerate(reqs):
             if id(req) in decoding or i >= len(extend_lens):
-                entries.append(refs.decode_batch((req.rid,), records))
+                decodes.append(req.rid)
                 continue
+            if decodes:
+                entries.append(refs.decode_batch(decodes, records))
+                decodes = []
             r = records.get(req.rid)
             if r is None:
                 continue
@@ -292,6 +301,8 @@ class Recorder:
             prefills.append((r, tokens))
             if req is chunked_req:
                 silent.add(r.request_id)
+        if decodes:
+            entries.append(refs.decode_batch(decodes, records))
         return b"".join(entries), prefills, silent
 
     # --- finishing ----------------------------------------------------------------------------
@@ -300,12 +311,19 @@ class Recorder:
         """Whether a launched step whose output is not in yet runs the request."""
         return any(rid in s.ran for s in self.pending.values())
 
-    def _maybe_finish(self, r: Record, at_ns: int) -> None:
+    def _maybe_finish(self, r: Record, at_ns: int, iteration_id: int) -> None:
         """`r`'s request has finished by now, as SGLang holds it; it is done here once the step
         that made its last token has ended. (This thread may run behind the scheduler: the
-        request may have finished in a step whose output this thread has not yet seen.)"""
+        request may have finished in a step whose output this thread has not yet seen, and is
+        looked at again in each step it ran in until then.)"""
         w = self.window
-        making = first_tokens(w.making(r), r.request_id, len(_output(r.req)) - r.handoff, w.speculative)
+        n = len(_output(r.req)) - r.handoff
+        if not w.speculative and r.first_iteration and n > iteration_id - r.first_iteration + 1:
+            # More tokens than steps since its first, up to this one (`iteration_id`): its last
+            # tokens' steps are not in yet. Known without looking through its steps, which took
+            # a pass over them each time (several steps behind: several times per request).
+            return
+        making = first_tokens(w.making(r), r.request_id, n, w.speculative)
         if making is not None:
             self._finish(r, making, at_ns)
 
@@ -348,7 +366,7 @@ class Recorder:
         if r.preempted_ns:  # preempted and never resumed
             r.preemptions.append((r.preempted_ns, 0, True, r.preempted_for, 0))
         r.kv_transfer = self._kv_transfer(req)
-        r.close(making, at_ns, self.texts)
+        r.close(making, at_ns, self.texts, self.window)
         self.requests_out.append(wire.request(r))
 
     def _kv_transfer(self, req):

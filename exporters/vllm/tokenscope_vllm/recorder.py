@@ -333,6 +333,7 @@ class Recorder:
         ids, step.spec = step.spec, []
         # Each verified 1 + its drafts (`_mixed_batch` checked), and made 1 + those it accepted.
         step.made = dict(zip(ids, map(made_by.get, ids)))
+        self.window.speculative = True  # its requests' steps are looked through for `made` from now
         if None in step.made.values() or 0 in step.made.values():
             step.made = {rid: n for rid, n in step.made.items() if n}
         # The entries as `RequestRefs.speculative_entry` encodes them, looked up in its cache
@@ -497,7 +498,7 @@ class Recorder:
         r.prefix = self._prefix(r, req)
         if r.preempted_ns:  # preempted and never resumed
             r.preemptions.append((r.preempted_ns, 0, True, *r.preempted_for))
-        r.close(making, at_ns, self.texts)
+        r.close(making, at_ns, self.texts, self.window)
         if r.kv_transfer is not None and not r.kv_transfer[1]:
             # Finished (aborted) while its KV cache was still on the way: it waited until then.
             start, _, size, blocks = r.kv_transfer
