@@ -12,7 +12,11 @@ Three figures:
 3. the engine's whole step, plain `Scheduler` against `TracingScheduler` with its exporter thread
    running, medians of alternating runs. On this CPU-only loop both threads want the GIL all
    the time, so this is the worst case; the figure is noisy (separate scheduler instances differ
-   by more than the plugin costs).
+   by more than the plugin costs);
+4. the engine's step as on a GPU: each step followed by a 5 ms wait (the model's forward, during
+   which the exporter's thread may run), the step's own time measured; one `TracingScheduler`
+   recording on and off in alternating blocks of 100 steps (off: its exporter swapped for `OFF`,
+   as when recording is off), so both halves see the same machine and the same scheduler.
 
     scripts/test-engines --bench      (or: PYTHONPATH=.:tests python bench/overhead.py)
 """
@@ -35,6 +39,7 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import LogprobsLists  # noqa: E402
 
 import tokenscope_vllm  # noqa: E402
+from tokenscope_exporter import OFF  # noqa: E402
 
 
 # Speculative decoding (`--spec K`): K drafts a step for every request, of which each step
@@ -117,11 +122,40 @@ def engine_steps(cls, batch: int, steps: int, logprobs: int | None) -> list[int]
     return times
 
 
+# Item 4: the GPU's part of a step, and blocks of steps with recording on and off.
+GPU_S = 0.005
+BLOCK, SETTLE = 100, 20
+
+
+def gpu_steps(batch: int, steps: int, logprobs: int | None) -> tuple[list, list, list]:
+    """Step times (ns) with recording on and off, and per pair of adjacent blocks on less off."""
+    s = scheduler(tokenscope_vllm.TracingScheduler, batch, logprobs)
+    real = s.tokenscope
+    times, recording = [], []
+    for k in range(steps):
+        on = k // BLOCK % 2 == 0
+        s.tokenscope = real if on else OFF
+        times.append(step(s, k, logprobs))
+        recording.append(on)
+        time.sleep(GPU_S)
+    s.tokenscope = real
+    real.close()
+    on, off, pairs = [], [], []
+    for start in range(BLOCK, steps - BLOCK + 1, BLOCK):  # the first block: the ramp
+        block = times[start + SETTLE : start + BLOCK]
+        (on if recording[start] else off).extend(block)
+        if start >= 2 * BLOCK:
+            d = statistics.median(block) - statistics.median(times[start - BLOCK + SETTLE : start])
+            pairs.append(d if recording[start] else -d)
+    return on, off, pairs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--gpu-steps", type=int, default=3000, help="steps of item 4")
     ap.add_argument("--logprobs", type=int, default=0, help="top-k logprobs per token (0: none)")
     ap.add_argument("--spec", type=int, default=0, help="speculative decoding: draft tokens a step (0: none)")
     a = ap.parse_args()
@@ -148,6 +182,13 @@ def main() -> None:
     print(f"     with TracingScheduler and its exporter thread:   {t / 1e3:8.1f} µs/step ({d / 1e3:+.1f}, {d / p * 100:+.1f} %)")
     print(f"     difference per round (spread):                   {', '.join(f'{x / 1e3:+.0f}' for x in rounds)} µs")
     print(f"     share of a 20 ms / 50 ms GPU step:               {d / 20e6 * 100:+.2f} % / {d / 50e6 * 100:+.2f} %")
+    on, off, pairs = gpu_steps(a.batch, a.gpu_steps, lp)
+    p, t = statistics.median(off), statistics.median(on)
+    d = t - p
+    q = statistics.quantiles(pairs, n=4)
+    print(f"  4. engine step with a {GPU_S * 1e3:.0f} ms GPU wait, recording off:    {p / 1e3:8.1f} µs/step (median)")
+    print(f"     recording on (blocks of {BLOCK} steps alternating):    {t / 1e3:8.1f} µs/step ({d / 1e3:+.1f}, {d / p * 100:+.1f} %)")
+    print(f"     on less off, block by block (quartiles):         {', '.join(f'{x / 1e3:+.0f}' for x in q)} µs ({len(pairs)} pairs)")
 
 
 if __name__ == "__main__":
