@@ -87,20 +87,24 @@ def run(batch: int, steps: int, logprobs: int) -> tuple[list, list, list, float,
     for start in range(BLOCK, min(steps, len(cpu)) - BLOCK + 1, BLOCK):  # the first block: the ramp
         block = [c for c in cpu[start + SETTLE : start + BLOCK] if c is not None]
         (on if recording[start] else off).extend(block)
-        if start >= 2 * BLOCK:
+        if not recording[start] and start >= 3 * BLOCK:  # an on block, then this off one
             prev = [c for c in cpu[start - BLOCK + SETTLE : start] if c is not None]
-            d = statistics.median(block) - statistics.median(prev)
-            pairs.append(d if recording[start] else -d)
+            pairs.append(statistics.median(prev) - statistics.median(block))
     decoding = [len(c) for c in out.steps[BLOCK:steps] if len(c) > 1]
     e = exporter[0]
     assert e.steps >= steps // 3 and not e.record_errors, "the plugin recorded the steps it was on for"
     return on, off, pairs, statistics.mean(decoding), e.cpu_ns / e.steps
 
 
+def mean_interval(xs: list) -> tuple[float, float]:
+    """The mean of `xs` and the half-width of its 95 % interval (normal approximation)."""
+    return statistics.mean(xs), 1.96 * statistics.stdev(xs) / len(xs) ** 0.5
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--logprobs", type=int, default=0)
     a = ap.parse_args()
     on, off, pairs, batch, exporter_ns = run(a.batch, a.steps, a.logprobs)
@@ -110,6 +114,8 @@ def main() -> None:
     print(f"SGLang scheduler decode step (harness, CPU part), {batch:.0f} requests on average, top-{a.logprobs} logprobs:")
     print(f"  recording off {p / 1e3:.0f} µs/step, on {t / 1e3:.0f} µs/step (medians; {d / 1e3:+.1f} µs, {d / p * 100:+.1f} %)")
     print(f"  on less off, blocks of {BLOCK} steps side by side: quartiles {', '.join(f'{x / 1e3:+.0f}' for x in q)} µs ({len(pairs)} pairs)")
+    m, half = mean_interval(pairs)
+    print(f"  on less off, mean of the blocks' (95 % interval): {m / 1e3:+.0f} ± {half / 1e3:.0f} µs ({m / p * 100:+.1f} ± {half / p * 100:.1f} %)")
     print(f"  the exporter thread's CPU while it recorded: {exporter_ns / 1e3:.0f} µs/step")
     print(f"  share of a 20 ms / 50 ms GPU step: {d / 20e6 * 100:+.2f} % / {d / 50e6 * 100:+.2f} %")
 

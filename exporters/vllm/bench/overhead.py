@@ -128,7 +128,7 @@ BLOCK, SETTLE = 100, 20
 
 
 def gpu_steps(batch: int, steps: int, logprobs: int | None) -> tuple[list, list, list]:
-    """Step times (ns) with recording on and off, and per pair of adjacent blocks on less off."""
+    """Step times (ns) with recording on and off, and per pair of blocks (on, then off) on less off."""
     s = scheduler(tokenscope_vllm.TracingScheduler, batch, logprobs)
     real = s.tokenscope
     times, recording = [], []
@@ -144,10 +144,14 @@ def gpu_steps(batch: int, steps: int, logprobs: int | None) -> tuple[list, list,
     for start in range(BLOCK, steps - BLOCK + 1, BLOCK):  # the first block: the ramp
         block = times[start + SETTLE : start + BLOCK]
         (on if recording[start] else off).extend(block)
-        if start >= 2 * BLOCK:
-            d = statistics.median(block) - statistics.median(times[start - BLOCK + SETTLE : start])
-            pairs.append(d if recording[start] else -d)
+        if not recording[start] and start >= 3 * BLOCK:  # an on block, then this off one
+            pairs.append(statistics.median(times[start - BLOCK + SETTLE : start]) - statistics.median(block))
     return on, off, pairs
+
+
+def mean_interval(xs: list) -> tuple[float, float]:
+    """The mean of `xs` and the half-width of its 95 % interval (normal approximation)."""
+    return statistics.mean(xs), 1.96 * statistics.stdev(xs) / len(xs) ** 0.5
 
 
 def main() -> None:
@@ -155,7 +159,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--gpu-steps", type=int, default=3000, help="steps of item 4")
+    ap.add_argument("--gpu-steps", type=int, default=8000, help="steps of item 4")
     ap.add_argument("--logprobs", type=int, default=0, help="top-k logprobs per token (0: none)")
     ap.add_argument("--spec", type=int, default=0, help="speculative decoding: draft tokens a step (0: none)")
     a = ap.parse_args()
@@ -189,6 +193,8 @@ def main() -> None:
     print(f"  4. engine step with a {GPU_S * 1e3:.0f} ms GPU wait, recording off:    {p / 1e3:8.1f} µs/step (median)")
     print(f"     recording on (blocks of {BLOCK} steps alternating):    {t / 1e3:8.1f} µs/step ({d / 1e3:+.1f}, {d / p * 100:+.1f} %)")
     print(f"     on less off, block by block (quartiles):         {', '.join(f'{x / 1e3:+.0f}' for x in q)} µs ({len(pairs)} pairs)")
+    m, half = mean_interval(pairs)
+    print(f"     on less off, mean of the blocks' (95 % interval): {m / 1e3:+.0f} ± {half / 1e3:.0f} µs ({m / p * 100:+.1f} ± {half / p * 100:.1f} %)")
 
 
 if __name__ == "__main__":
