@@ -24,10 +24,11 @@ import time
 from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "core", "bench"))
+import blocks  # noqa: E402
+
 # The step's GPU part: the exporter's thread gets the GIL while the scheduler waits for it.
 GPU_S = 0.005
-# Steps a block; the first few of each are left out (the exporter drains the block before's).
-BLOCK, SETTLE = 100, 20
 
 
 def run(batch: int, steps: int, logprobs: int) -> tuple[list, list, list, float, float]:
@@ -46,7 +47,7 @@ def run(batch: int, steps: int, logprobs: int) -> tuple[list, list, list, float,
 
     def run_batch(self, batch_, *args, **kwargs):
         entered.append(time.perf_counter_ns())
-        on = (len(entered) - 1) // BLOCK % 2 == 0
+        on = blocks.recording_on(len(entered) - 1)
         recording.append(on)
         decode.append(batch_.forward_mode.is_decode())
         if not exporter:
@@ -83,22 +84,11 @@ def run(batch: int, steps: int, logprobs: int) -> tuple[list, list, list, float,
     out = engine.serve(s, arrivals, max_steps=2 * steps + 3 * batch)
     # A decode step's CPU (the prefills between them, of one request each, are left out).
     cpu = [b - a - gpu if d else None for a, b, gpu, d in zip(entered, entered[1:], slept, decode)]
-    on, off, pairs = [], [], []
-    for start in range(BLOCK, min(steps, len(cpu)) - BLOCK + 1, BLOCK):  # the first block: the ramp
-        block = [c for c in cpu[start + SETTLE : start + BLOCK] if c is not None]
-        (on if recording[start] else off).extend(block)
-        if not recording[start] and start >= 3 * BLOCK:  # an on block, then this off one
-            prev = [c for c in cpu[start - BLOCK + SETTLE : start] if c is not None]
-            pairs.append(statistics.median(prev) - statistics.median(block))
-    decoding = [len(c) for c in out.steps[BLOCK:steps] if len(c) > 1]
+    on, off, pairs = blocks.compare(cpu[:steps], recording)
+    decoding = [len(c) for c in out.steps[blocks.BLOCK : steps] if len(c) > 1]
     e = exporter[0]
     assert e.steps >= steps // 3 and not e.record_errors, "the plugin recorded the steps it was on for"
     return on, off, pairs, statistics.mean(decoding), e.cpu_ns / e.steps
-
-
-def mean_interval(xs: list) -> tuple[float, float]:
-    """The mean of `xs` and the half-width of its 95 % interval (normal approximation)."""
-    return statistics.mean(xs), 1.96 * statistics.stdev(xs) / len(xs) ** 0.5
 
 
 def main() -> None:
@@ -113,8 +103,8 @@ def main() -> None:
     q = statistics.quantiles(pairs, n=4)
     print(f"SGLang scheduler decode step (harness, CPU part), {batch:.0f} requests on average, top-{a.logprobs} logprobs:")
     print(f"  recording off {p / 1e3:.0f} µs/step, on {t / 1e3:.0f} µs/step (medians; {d / 1e3:+.1f} µs, {d / p * 100:+.1f} %)")
-    print(f"  on less off, blocks of {BLOCK} steps side by side: quartiles {', '.join(f'{x / 1e3:+.0f}' for x in q)} µs ({len(pairs)} pairs)")
-    m, half = mean_interval(pairs)
+    print(f"  on less off, blocks of {blocks.BLOCK} steps side by side: quartiles {', '.join(f'{x / 1e3:+.0f}' for x in q)} µs ({len(pairs)} pairs)")
+    m, half = blocks.mean_interval(pairs)
     print(f"  on less off, mean of the blocks' (95 % interval): {m / 1e3:+.0f} ± {half / 1e3:.0f} µs ({m / p * 100:+.1f} ± {half / p * 100:.1f} %)")
     print(f"  the exporter thread's CPU while it recorded: {exporter_ns / 1e3:.0f} µs/step")
     print(f"  share of a 20 ms / 50 ms GPU step: {d / 20e6 * 100:+.2f} % / {d / 50e6 * 100:+.2f} %")

@@ -32,8 +32,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "core", "bench"))
 os.environ.setdefault("TOKENSCOPE_ENDPOINT", "127.0.0.1:9")  # nothing listens: sends fail fast
 os.environ.setdefault("TOKENSCOPE_INSTANCE", "bench")
+import blocks  # noqa: E402
 import engine  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import LogprobsLists  # noqa: E402
@@ -122,36 +124,24 @@ def engine_steps(cls, batch: int, steps: int, logprobs: int | None) -> list[int]
     return times
 
 
-# Item 4: the GPU's part of a step, and blocks of steps with recording on and off.
+# Item 4: the GPU's part of a step.
 GPU_S = 0.005
-BLOCK, SETTLE = 100, 20
 
 
 def gpu_steps(batch: int, steps: int, logprobs: int | None) -> tuple[list, list, list]:
-    """Step times (ns) with recording on and off, and per pair of blocks (on, then off) on less off."""
+    """Step times (ns) with recording on and off, and per pair of blocks on less off (`blocks`)."""
     s = scheduler(tokenscope_vllm.TracingScheduler, batch, logprobs)
     real = s.tokenscope
     times, recording = [], []
     for k in range(steps):
-        on = k // BLOCK % 2 == 0
+        on = blocks.recording_on(k)
         s.tokenscope = real if on else OFF
         times.append(step(s, k, logprobs))
         recording.append(on)
         time.sleep(GPU_S)
     s.tokenscope = real
     real.close()
-    on, off, pairs = [], [], []
-    for start in range(BLOCK, steps - BLOCK + 1, BLOCK):  # the first block: the ramp
-        block = times[start + SETTLE : start + BLOCK]
-        (on if recording[start] else off).extend(block)
-        if not recording[start] and start >= 3 * BLOCK:  # an on block, then this off one
-            pairs.append(statistics.median(times[start - BLOCK + SETTLE : start]) - statistics.median(block))
-    return on, off, pairs
-
-
-def mean_interval(xs: list) -> tuple[float, float]:
-    """The mean of `xs` and the half-width of its 95 % interval (normal approximation)."""
-    return statistics.mean(xs), 1.96 * statistics.stdev(xs) / len(xs) ** 0.5
+    return blocks.compare(times, recording)
 
 
 def main() -> None:
@@ -191,9 +181,9 @@ def main() -> None:
     d = t - p
     q = statistics.quantiles(pairs, n=4)
     print(f"  4. engine step with a {GPU_S * 1e3:.0f} ms GPU wait, recording off:    {p / 1e3:8.1f} µs/step (median)")
-    print(f"     recording on (blocks of {BLOCK} steps alternating):    {t / 1e3:8.1f} µs/step ({d / 1e3:+.1f}, {d / p * 100:+.1f} %)")
+    print(f"     recording on (blocks of {blocks.BLOCK} steps alternating):    {t / 1e3:8.1f} µs/step ({d / 1e3:+.1f}, {d / p * 100:+.1f} %)")
     print(f"     on less off, block by block (quartiles):         {', '.join(f'{x / 1e3:+.0f}' for x in q)} µs ({len(pairs)} pairs)")
-    m, half = mean_interval(pairs)
+    m, half = blocks.mean_interval(pairs)
     print(f"     on less off, mean of the blocks' (95 % interval): {m / 1e3:+.0f} ± {half / 1e3:.0f} µs ({m / p * 100:+.1f} ± {half / p * 100:.1f} %)")
 
 
