@@ -32,3 +32,19 @@ def compare(times: list, recording: list) -> tuple[list, list, list]:
 def mean_interval(xs: list) -> tuple[float, float]:
     """The mean of `xs` and the half-width of its 95 % interval (normal approximation)."""
     return statistics.mean(xs), 1.96 * statistics.stdev(xs) / len(xs) ** 0.5
+
+
+def report(on: list, off: list, pairs: list, indent: str) -> list[str]:
+    """What `compare` found, as the benches print it: the medians, the pairs' quartiles, and
+    their mean with its interval, in µs and as a share of the step without recording."""
+    p, t = statistics.median(off), statistics.median(on)
+    d = t - p
+    q = ", ".join(f"{x / 1e3:+.0f}" for x in statistics.quantiles(pairs, n=4))
+    m, half = mean_interval(pairs)
+    return [
+        f"{indent}recording off {p / 1e3:.0f} µs/step, on {t / 1e3:.0f} µs/step (medians; {d / 1e3:+.1f} µs, {d / p * 100:+.1f} %)",
+        f"{indent}on less off, blocks of {BLOCK} steps side by side: quartiles {q} µs ({len(pairs)} pairs)",
+        f"{indent}on less off, mean of the pairs (95 % interval): {m / 1e3:+.0f} ± {half / 1e3:.0f} µs "
+        f"({m / p * 100:+.1f} ± {half / p * 100:.1f} %)",
+        f"{indent}share of a 20 ms / 50 ms GPU step (medians): {d / 20e6 * 100:+.2f} % / {d / 50e6 * 100:+.2f} %",
+    ]

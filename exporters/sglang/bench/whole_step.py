@@ -98,17 +98,9 @@ def main() -> None:
     ap.add_argument("--logprobs", type=int, default=0)
     a = ap.parse_args()
     on, off, pairs, batch, exporter_ns = run(a.batch, a.steps, a.logprobs)
-    p, t = statistics.median(off), statistics.median(on)
-    d = t - p
-    q = statistics.quantiles(pairs, n=4)
     print(f"SGLang scheduler decode step (harness, CPU part), {batch:.0f} requests on average, top-{a.logprobs} logprobs:")
-    print(f"  recording off {p / 1e3:.0f} µs/step, on {t / 1e3:.0f} µs/step (medians; {d / 1e3:+.1f} µs, {d / p * 100:+.1f} %)")
-    print(f"  on less off, blocks of {blocks.BLOCK} steps side by side: quartiles {', '.join(f'{x / 1e3:+.0f}' for x in q)} µs ({len(pairs)} pairs)")
-    m, half = blocks.mean_interval(pairs)
-    print(f"  on less off, mean of the blocks' (95 % interval): {m / 1e3:+.0f} ± {half / 1e3:.0f} µs ({m / p * 100:+.1f} ± {half / p * 100:.1f} %)")
+    print("\n".join(blocks.report(on, off, pairs, "  ")))
     print(f"  the exporter thread's CPU while it recorded: {exporter_ns / 1e3:.0f} µs/step")
-    print(f"  share of a 20 ms / 50 ms GPU step: {d / 20e6 * 100:+.2f} % / {d / 50e6 * 100:+.2f} %")
-
 
 if __name__ == "__main__":
     main()

@@ -177,15 +177,8 @@ def main() -> None:
     print(f"     difference per round (spread):                   {', '.join(f'{x / 1e3:+.0f}' for x in rounds)} µs")
     print(f"     share of a 20 ms / 50 ms GPU step:               {d / 20e6 * 100:+.2f} % / {d / 50e6 * 100:+.2f} %")
     on, off, pairs = gpu_steps(a.batch, a.gpu_steps, lp)
-    p, t = statistics.median(off), statistics.median(on)
-    d = t - p
-    q = statistics.quantiles(pairs, n=4)
-    print(f"  4. engine step with a {GPU_S * 1e3:.0f} ms GPU wait, recording off:    {p / 1e3:8.1f} µs/step (median)")
-    print(f"     recording on (blocks of {blocks.BLOCK} steps alternating):    {t / 1e3:8.1f} µs/step ({d / 1e3:+.1f}, {d / p * 100:+.1f} %)")
-    print(f"     on less off, block by block (quartiles):         {', '.join(f'{x / 1e3:+.0f}' for x in q)} µs ({len(pairs)} pairs)")
-    m, half = blocks.mean_interval(pairs)
-    print(f"     on less off, mean of the blocks' (95 % interval): {m / 1e3:+.0f} ± {half / 1e3:.0f} µs ({m / p * 100:+.1f} ± {half / p * 100:.1f} %)")
-
+    print(f"  4. engine step with a {GPU_S * 1e3:.0f} ms GPU wait, recording on and off in blocks of one scheduler:")
+    print("\n".join(blocks.report(on, off, pairs, "     ")))
 
 if __name__ == "__main__":
     main()
