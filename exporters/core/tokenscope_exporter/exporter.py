@@ -49,6 +49,10 @@ class Exporter:
         key: str | None = None,
         max_record_errors: int = 1000,
     ) -> None:
+        if wire._pack_rows is None:
+            # An install without a C compiler or Python's headers: the same bytes, slower (about
+            # 3-5 times with logprobs), which an operator would otherwise not know.
+            log.info("tokenscope: the exporter packs in Python (its native part was not built when it was installed)")
         # False once the plugin is off (a fault, or the thread stopped): hooks check it first.
         self.on = True
         self.resource = resource

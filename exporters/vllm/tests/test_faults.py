@@ -215,3 +215,16 @@ def test_a_recorder_failing_now_and_then_keeps_recording():
     e.flush(timeout_s=2)
     assert e.on and e.stats()["record_errors"] >= 5, (e.off_reason, e.stats())
     e.close()
+
+
+def test_an_install_without_the_native_part_says_so_once_at_start(monkeypatch, caplog):
+    from tokenscope_exporter import wire
+
+    said = "packs in Python"
+    for native in (None, lambda rows, width, code: None):
+        monkeypatch.setattr(wire, "_pack_rows", native)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="tokenscope_exporter"):
+            e = _exporter(_Failing())
+            e.close(timeout_s=1)
+        assert (said in caplog.text) == (native is None), caplog.text
