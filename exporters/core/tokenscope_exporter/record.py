@@ -295,7 +295,7 @@ class StepWindow:
         if first < 0 or last - first + 1 != len(steps) or last >= len(w) or w[first] is not steps[0] or w[last] is not steps[-1]:
             return None
         a, b = 8 * first, 8 * (last + 1)
-        return bytes(self.ids[a:b]), bytes(self.starts[a:b]), bytes(self.ends[a:b])
+        return self.ids[a:b], self.starts[a:b], self.ends[a:b]  # copies, as slices of a bytearray
 
     def making(self, r: RequestRecord) -> list:
         """The ended steps that made a token for the request, oldest first, from its first. Kept

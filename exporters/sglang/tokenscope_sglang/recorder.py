@@ -211,9 +211,9 @@ class Recorder:
         else:
             batch, prefills, silent = self._mixed_batch(reqs, prefix_lens, extend_lens, decoding_reqs, chunked_req, start_ns, it)
             ran, decoded = frozenset(map(_RID, reqs)), None
-        step = Step(it, start_ns, reqs, ran, silent, batch, self.refs.ids, prefills, running, waiting, kv_usage)
-        step.decoded = decoded
-        self.pending[forward_iter] = step
+        self.pending[forward_iter] = Step(
+            it, start_ns, reqs, ran, silent, batch, self.refs.ids, prefills, running, waiting, kv_usage, decoded=decoded
+        )
 
     def processed(self, forward_iter, end_ns: int, accepted=None, drafts: int = 0) -> None:
         """The step's output has been applied: the step ends, and what finished in it is done.
@@ -245,7 +245,7 @@ class Recorder:
         for req in compress(step.reqs, map(_FINISHED, step.reqs)):
             r = records.get(req.rid)
             if r is not None:
-                self._maybe_finish(r, end_ns, step.iteration_id)
+                self._maybe_finish(r, end_ns)
         step.reqs = ()  # the window keeps ids, not SGLang's requests
         self.processed_steps += 1
         if self.processed_steps % SWEEP_EVERY == 0:
@@ -311,19 +311,14 @@ class Recorder:
         """Whether a launched step whose output is not in yet runs the request."""
         return any(rid in s.ran for s in self.pending.values())
 
-    def _maybe_finish(self, r: Record, at_ns: int, iteration_id: int) -> None:
+    def _maybe_finish(self, r: Record, at_ns: int) -> None:
         """`r`'s request has finished by now, as SGLang holds it; it is done here once the step
         that made its last token has ended. (This thread may run behind the scheduler: the
         request may have finished in a step whose output this thread has not yet seen, and is
-        looked at again in each step it ran in until then.)"""
+        looked at again in each step it ran in until then; `StepWindow.making` looks only at the
+        steps added since.)"""
         w = self.window
-        n = len(_output(r.req)) - r.handoff
-        if not w.speculative and r.first_iteration and n > iteration_id - r.first_iteration + 1:
-            # More tokens than steps since its first, up to this one (`iteration_id`): its last
-            # tokens' steps are not in yet. Known without looking through its steps, which took
-            # a pass over them each time (several steps behind: several times per request).
-            return
-        making = first_tokens(w.making(r), r.request_id, n, w.speculative)
+        making = first_tokens(w.making(r), r.request_id, len(_output(r.req)) - r.handoff, w.speculative)
         if making is not None:
             self._finish(r, making, at_ns)
 
