@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import struct
 import time
-from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
 from urllib.parse import unquote
 
@@ -88,10 +88,6 @@ class RequestRecord:
     kv_transfer: tuple | None = None
     # When it was preempted, until it resumes.
     preempted_ns: int = 0
-    # The window's steps that made a token for it, as far as it has looked (`StepWindow.making`):
-    # up to the step before iteration `made_through`.
-    made_steps: list = field(default_factory=list)
-    made_through: int = 0
     # Filled when it is done.
     token_ids: list = field(default_factory=list)
     token_iterations: list = field(default_factory=list)
@@ -141,7 +137,7 @@ class RequestRecord:
             return
         # Handed-off tokens were made on the prefill instance: no step here (iteration 0, not
         # known), there when the KV cache arrived.
-        columns = window.columns(making) if window is not None and not expanded else None
+        columns = window.columns(making, rid) if window is not None and not expanded else None
         if columns is not None:
             # Consecutive steps (most requests): each column is a slice of the window's.
             if h:
@@ -225,9 +221,17 @@ _GAP = _Gap()
 class StepWindow:
     """Ended steps in iteration order, `steps[i]` being iteration `base + i` (`_GAP` where a
     step's events were dropped). A step has `iteration_id`, `start_ns`, `end_ns`, `ran` (the
-    request ids that ran in it: anything `in` works on) and `silent` (those that made no token in
-    it); when it is kept here it gets `made_by` (the ids it made a token for) and `times` (its id
-    and times packed, `_TIMES`)."""
+    request ids that ran in it: a set, or a dict by id) and `silent` (those that made no token in
+    it); when it is kept here it gets `made_by` (the ids it made a token for), `times` (its id
+    and times packed, `_TIMES`) and `at` (its place in the stream below, or -1).
+
+    Which steps made a request's tokens is followed as requests join and leave, not looked up
+    step by step when it is done: walking a request's lifetime of steps, each testing a set of
+    hundreds of ids out of cache, cost 120 µs for each request that finished (one every step or
+    two on a busy engine). The "main" steps (a decode batch from one step to the next) form a
+    stream in which each request has runs, from the step it joined to the one it left; a step
+    with few requests beside a big batch (SGLang's prefill of a new request between two decode
+    steps) is a side step, listed under each of its requests."""
 
     def __init__(self, cap: int = STEP_WINDOW) -> None:
         self.steps: list = []
@@ -235,11 +239,18 @@ class StepWindow:
         # The steps' ids, starts and ends, 8 bytes each (zeros for a gap), in the same order: the
         # token columns of a request that ran in consecutive steps are slices of them (`columns`).
         self.ids, self.starts, self.ends = bytearray(), bytearray(), bytearray()
-        # Runs of consecutive steps that share one `made_by` set (the same object: a decode batch
-        # like the step before's), by the iteration id each starts at: `making` tests a request
-        # once a run rather than once a step.
-        self.run_starts: list[int] = []
-        self.run_sets: list = []
+        # The main steps, `stream[i]` being the stream's step `stream_base + i` (its `at`), their
+        # ids, starts and ends packed as the window's are, and the ids the last of them made a
+        # token for.
+        self.stream: list = []
+        self.stream_base = 0
+        self.stream_columns = (bytearray(), bytearray(), bytearray())
+        self.main: frozenset = frozenset()
+        # By request id: where its run in the stream began (while it is in the main steps), its
+        # ended runs (begin, end), and its side steps.
+        self.joined_at: dict = {}
+        self.runs: dict = {}
+        self.side: dict = {}
         self.cap = cap
         # Set by the recorder once a step made several tokens for a request (speculative
         # decoding): until then no request's steps need to be looked through for it.
@@ -251,78 +262,145 @@ class StepWindow:
         w = self.steps
         if not w:
             self.base = step.iteration_id
-            self.run_starts, self.run_sets = [], []
         gap = step.iteration_id - (self.base + len(w))
         if gap < 0:
             return  # out of order: older than the window
         if gap:
-            self._run(self.base + len(w), _GAP.made_by)
             w.extend([_GAP] * gap)
             for column in (self.ids, self.starts, self.ends):
                 column += bytes(8 * gap)
         step.made_by = step.ran if not step.silent else frozenset(step.ran).difference(step.silent)
         step.times = _TIMES.pack(step.iteration_id, step.start_ns, step.end_ns)
-        self._run(step.iteration_id, step.made_by)
         w.append(step)
         self.ids += step.times[:8]
         self.starts += step.times[8:16]
         self.ends += step.times[16:]
+        self._follow(step)
         if len(w) > self.cap or len(w) % 1024 == 0:
-            oldest = min((r.first_iteration for r in records.values() if r.first_iteration), default=step.iteration_id + 1)
-            drop = min(max(oldest - self.base, len(w) - self.cap, 0), len(w))
-            del w[:drop]
-            for column in (self.ids, self.starts, self.ends):
-                del column[: 8 * drop]
-            self.base += drop
-            first = bisect_right(self.run_starts, self.base) - 1  # the run the window starts in
-            if first > 0:
-                del self.run_starts[:first], self.run_sets[:first]
+            self._trim(step.iteration_id, records)
 
-    def _run(self, at: int, made_by) -> None:
-        if not self.run_sets or self.run_sets[-1] is not made_by:
-            self.run_starts.append(at)
-            self.run_sets.append(made_by)
+    def _follow(self, step) -> None:
+        """The step in the stream (its requests' runs begun and ended against the main steps'
+        before it), or listed as a side step under each of its requests: whichever writes less.
+        Set operations on the ids, in C; a loop only over those that joined or left."""
+        members = step.made_by
+        if not isinstance(members, (set, frozenset)):
+            members = members.keys()  # vLLM's dict of scheduled tokens by id
+        main = self.main
+        if members is main:
+            self._stream(step)  # the same id set as the main step before
+            return
+        joined = members - main
+        n = len(members)
+        if not joined and n == len(main):
+            self._stream(step)  # the same requests
+            return
+        left = len(main) - (n - len(joined))
+        # A side step when listing its requests costs less than following them, and it is
+        # less than half the main batch (a step as big is followed whatever it costs: the stream
+        # moves on to a new batch; one that shrank at once to a few requests is listed, a few
+        # entries a step, until a step as big comes).
+        if len(joined) + left > n and 2 * n < len(main):
+            step.at = -1
+            for rid in members:
+                self.side.setdefault(rid, []).append(step)
+            return
+        at = self.stream_base + len(self.stream)
+        if left:
+            joined_at, runs = self.joined_at, self.runs
+            for rid in main.difference(members):
+                runs.setdefault(rid, []).append((joined_at.pop(rid), at))
+        for rid in joined:
+            self.joined_at[rid] = at
+        self._stream(step)
+        self.main = members if isinstance(members, frozenset) else frozenset(members)
 
-    def columns(self, steps: list) -> tuple | None:
+    def _stream(self, step) -> None:
+        step.at = self.stream_base + len(self.stream)
+        self.stream.append(step)
+        t, (ids, starts, ends) = step.times, self.stream_columns
+        ids += t[:8]
+        starts += t[8:16]
+        ends += t[16:]
+
+    def _trim(self, newest: int, records) -> None:
+        """Forgets the steps before the oldest live request's first, and past the cap the oldest;
+        and what it followed of requests that are no longer live."""
+        w = self.steps
+        oldest = min((r.first_iteration for r in records.values() if r.first_iteration), default=newest + 1)
+        drop = min(max(oldest - self.base, len(w) - self.cap, 0), len(w))
+        del w[:drop]
+        for column in (self.ids, self.starts, self.ends):
+            del column[: 8 * drop]
+        self.base += drop
+        s, k = self.stream, 0
+        while k < len(s) and s[k].iteration_id < self.base:
+            k += 1
+        del s[:k]
+        for column in self.stream_columns:
+            del column[: 8 * k]
+        self.stream_base += k
+        for followed in (self.runs, self.side):
+            for rid in [rid for rid in followed if rid not in records]:
+                del followed[rid]
+
+    def columns(self, steps: list, rid: str | None = None) -> tuple | None:
         """The ids, starts and ends of `steps` (kept here, in order), each packed 8 bytes a step,
-        when they are consecutive steps (a request decoding in every step from its first: most);
-        else None. Joining the steps' rows took a pass over them, each out of cache by the time
-        its request finishes."""
+        when they are consecutive steps of the window (a request decoding in every step from its
+        first) or, for request `rid`'s steps, a few of its side steps (its prefill) and then
+        consecutive steps of the stream (decoding in every main step, prefills of others between
+        them); else None. Joining the steps' rows took a pass over them, each out of cache by the
+        time its request finishes."""
         if not steps:
             return None
         first, last = steps[0].iteration_id - self.base, steps[-1].iteration_id - self.base
         w = self.steps
-        if first < 0 or last - first + 1 != len(steps) or last >= len(w) or w[first] is not steps[0] or w[last] is not steps[-1]:
+        if 0 <= first and last - first + 1 == len(steps) and last < len(w) and w[first] is steps[0] and w[last] is steps[-1]:
+            a, b = 8 * first, 8 * (last + 1)
+            return self.ids[a:b], self.starts[a:b], self.ends[a:b]  # copies, as slices of a bytearray
+        k = 0
+        while k < len(steps) and k < _SIDE_HEAD and getattr(steps[k], "at", -1) < 0:
+            k += 1
+        if rid is None or k == len(steps):
+            return None
+        s, sb = self.stream, self.stream_base
+        first, last = steps[k].at - sb, getattr(steps[-1], "at", -1) - sb
+        if first < 0 or last - first + 1 != len(steps) - k or last >= len(s) or s[first] is not steps[k] or s[last] is not steps[-1]:
+            return None
+        # As many steps as stream steps between the two ends: all of them, unless one of its side
+        # steps stands in for a stream step it missed.
+        lo, hi = steps[k].iteration_id, steps[-1].iteration_id
+        if any(lo < x.iteration_id < hi for x in self.side.get(rid, ())):
             return None
         a, b = 8 * first, 8 * (last + 1)
-        return self.ids[a:b], self.starts[a:b], self.ends[a:b]  # copies, as slices of a bytearray
+        head = [step.times for step in steps[:k]]
+        return tuple(b"".join([t[8 * i : 8 * i + 8] for t in head]) + column[a:b] for i, column in enumerate(self.stream_columns))
 
     def making(self, r: RequestRecord) -> list:
-        """The ended steps that made a token for the request, oldest first, from its first. Kept
-        on the record (not to be changed by the caller) and looked for in the steps added since
-        the last call only: a recorder behind the engine asks again each step until the request's
-        last step is in."""
-        end = self.base + len(self.steps)
-        start = max(r.made_through, r.first_iteration, self.base)
-        if start < end:
-            r.made_steps += self._made_by(r.request_id, start)
-        r.made_through = end
-        return r.made_steps
-
-    def _made_by(self, rid: str, start: int) -> list:
-        """Of the steps from iteration `start` on, those that made a token for `rid`: one test a
-        run of steps that share their `made_by` set (a request decoding in a batch that stays the
-        same), or one a step where the runs are short."""
-        w, base = self.steps, self.base
-        starts, sets = self.run_starts, self.run_sets
-        k = max(bisect_right(starts, start) - 1, 0)
-        if 4 * (len(starts) - k) > base + len(w) - start:
-            return [s for s in w[start - base :] if rid in s.made_by]
-        out: list = []
-        ends = starts[k + 1 :] + [base + len(w)]
-        for run_start, made_by, end in zip(starts[k:], sets[k:], ends):
-            if rid in made_by:
-                out += w[max(run_start, start) - base : end - base]
+        """The ended steps that made a token for the request, oldest first, from its first (a new
+        list: slices of the stream and its side steps)."""
+        rid = r.request_id
+        s, sb = self.stream, self.stream_base
+        pieces = [s[max(a, sb) - sb : b - sb] for a, b in self.runs.get(rid, ()) if b > sb]
+        begin = self.joined_at.get(rid)
+        if begin is not None:
+            pieces.append(s[max(begin, sb) - sb :])
+        side = self.side.get(rid)
+        if side:
+            pieces.append(side)
+        pieces = [p for p in pieces if p]
+        if not pieces:
+            return []
+        if len(pieces) == 1:
+            out = list(pieces[0])
+        else:
+            pieces.sort(key=_first_id)
+            out = list(chain.from_iterable(pieces))
+            if any(a[-1].iteration_id >= b[0].iteration_id for a, b in zip(pieces, pieces[1:])):
+                out.sort(key=_ITERATION_ID)  # a side step inside a run
+        lo = max(r.first_iteration, self.base)
+        if out[0].iteration_id < lo:
+            out = [x for x in out if x.iteration_id >= lo]
         return out
 
     def last(self, r: RequestRecord):
@@ -331,3 +409,13 @@ class StepWindow:
             if rid in step.ran:
                 return step
         return None
+
+
+_ITERATION_ID = attrgetter("iteration_id")
+# Side steps a request's steps may start with (its prefill, in chunks) and still be sliced from the
+# stream's columns (`StepWindow.columns`).
+_SIDE_HEAD = 4
+
+
+def _first_id(piece: list) -> int:
+    return piece[0].iteration_id

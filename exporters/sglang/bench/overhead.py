@@ -5,7 +5,9 @@ and `ScheduleBatch` objects (`scripts/test-engines --bench`).
   the step's event, reading the clock, appending to the buffer).
 - On the exporter's thread: recording a step (its start and its end) and, as requests finish,
   encoding them; its CPU time per step, with its share of the garbage collector's (by the
-  objects it allocates, against the model's).
+  objects it allocates, against the model's). One batch that all finishes at the end, or with
+  `--churn` requests coming and going: one arriving before each decode step (its prefill a
+  step of its own) and about one finishing, the figure per decode step (prefills included).
 
 Nothing listens at the endpoint: sends fail fast and are counted, as when tokenscope is down.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import random
 import statistics
 import sys
 import time
@@ -23,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 os.environ.setdefault("TOKENSCOPE_ENDPOINT", "127.0.0.1:9")
 os.environ.setdefault("TOKENSCOPE_INSTANCE", "bench")
 import engine  # noqa: E402
-from sglang.srt.managers.schedule_batch import ScheduleBatch  # noqa: E402
+from sglang.srt.managers.schedule_batch import FINISH_LENGTH, ScheduleBatch  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
 
 from tokenscope_exporter import Texts  # noqa: E402
@@ -45,6 +48,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--logprobs", type=int, default=0)
+    ap.add_argument("--churn", action="store_true", help="requests coming and going (default: one batch throughout)")
     args = ap.parse_args()
 
     s = engine.make_scheduler(kv_tokens=1 << 30)
@@ -73,23 +77,34 @@ def main() -> None:
     timed = Timed()
     gc.collect()
     gc.disable()
+    if args.churn:
+        model_allocs, finished, ended = _churn(args, rec, timed)
+    else:
+        model_allocs, finished, ended = _steady(args, reqs, rec, timed)
+    gc.enable()
+    requests, iterations = rec.take()
+    assert len(requests) == finished and len(iterations) == ended, (len(requests), len(iterations))
+    # What a collection costs per object allocated, over the model's own steps on a heap like it.
+    ns_per_alloc = _collector_ns_per_alloc(reqs, args)
+    own = timed.ns / args.steps / 1000
+    gc_share = timed.allocs * ns_per_alloc / args.steps / 1000
+    hook = statistics.median(hook_ns) / 1000
+    shape = f"about {args.batch} decoding, one arriving a step" if args.churn else f"batch {args.batch} decoding"
+    print(
+        f"SGLang plugin, {shape}, top-{args.logprobs} logprobs, {args.steps} steps: "
+        f"hooks on the scheduler's thread {hook:.1f} µs/step (median); "
+        f"exporter thread {own + gc_share:.0f} µs CPU/step, requests encoded included "
+        f"({own:.0f} its own, {gc_share:.1f} its share of the collector's: {timed.allocs / args.steps:.0f} objects "
+        f"a step against the model's {model_allocs / args.steps:.0f})"
+    )
+
+
+def _steady(args, reqs, rec, timed) -> tuple[int, int, int]:
+    """The batch's prefill, then `steps` decode steps of the same requests, which all finish in
+    the last. Returns the objects the model allocated, the requests finished and the steps."""
     for req in reqs:
         rec.queued(req, time.time_ns())
-    batch = ScheduleBatch(reqs=reqs, forward_mode=ForwardMode.EXTEND, prefix_lens=[0] * len(reqs), extend_lens=[64] * len(reqs))
-    timed(
-        rec.launched,
-        0,
-        batch.forward_mode,
-        tuple(reqs),
-        batch.prefix_lens,
-        batch.extend_lens,
-        None,
-        None,
-        time.time_ns(),
-        len(reqs),
-        0,
-        0.5,
-    )
+    timed(rec.launched, 0, ForwardMode.EXTEND, tuple(reqs), [0] * len(reqs), [64] * len(reqs), None, None, time.time_ns(), len(reqs), 0, 0.5)
     timed(rec.processed, 0, time.time_ns())
     model_allocs = 0
     for n in range(1, args.steps + 1):
@@ -104,21 +119,51 @@ def main() -> None:
         model_allocs += gc.get_count()[0] - before
         timed(rec.launched, n, ForwardMode.DECODE, tuple(reqs), None, None, None, None, time.time_ns(), len(reqs), 0, 0.5)
         timed(rec.processed, n, time.time_ns())
-    gc.enable()
-    requests, iterations = rec.take()
-    assert len(requests) == len(reqs) and len(iterations) == args.steps + 1, (len(requests), len(iterations))
-    # What a collection costs per object allocated, over the model's own steps on a heap like it.
-    ns_per_alloc = _collector_ns_per_alloc(reqs, args)
-    own = timed.ns / args.steps / 1000
-    gc_share = timed.allocs * ns_per_alloc / args.steps / 1000
-    hook = statistics.median(hook_ns) / 1000
-    print(
-        f"SGLang plugin, batch {args.batch} decoding, top-{args.logprobs} logprobs, {args.steps} steps: "
-        f"hooks on the scheduler's thread {hook:.1f} µs/step (median); "
-        f"exporter thread {own + gc_share:.0f} µs CPU/step, requests encoded included "
-        f"({own:.0f} its own, {gc_share:.1f} its share of the collector's: {timed.allocs / args.steps:.0f} objects "
-        f"a step against the model's {model_allocs / args.steps:.0f})"
-    )
+    return model_allocs, len(reqs), args.steps + 1
+
+
+def _churn(args, rec, timed) -> tuple[int, int, int]:
+    """Requests coming and going: a batch of about `batch` decoding, each asking for batch / 2 to
+    3 * batch / 2 tokens, and before each decode step one arriving, prefilled in a step of its
+    own (SGLang's default: no mixed chunk); what still runs finishes in the last step. Returns as
+    `_steady` does; `steps` counts the decode steps."""
+    rng = random.Random(1)
+
+    def request(i: int):
+        return engine.make_request(f"r{i}", 64, rng.randrange(args.batch // 2, 3 * args.batch // 2), logprobs=args.logprobs)
+
+    # Finished requests are kept: who frees SGLang's objects (its per-token lists) is not the
+    # recorder's cost, and the scheduler drops them first in any case.
+    running, done, step, model_allocs, arrived = [], [], 0, 0, 0
+    for n in range(args.steps):
+        new = [request(i) for i in range(args.batch)] if n == 0 else [request(args.batch + n)]
+        arrived += len(new)
+        before = gc.get_count()[0]
+        for req in new:
+            rec.queued(req, time.time_ns())
+            req.output_ids.append(100)  # the prefill's token
+            req.update_finish_state()
+        model_allocs += gc.get_count()[0] - before
+        lens = [0] * len(new), [64] * len(new)
+        timed(rec.launched, step, ForwardMode.EXTEND, tuple(new), *lens, None, None, time.time_ns(), len(running), 0, 0.5)
+        timed(rec.processed, step, time.time_ns())
+        running += new
+        step += 1
+        before = gc.get_count()[0]
+        for req in running:
+            req.output_ids.append(100 + n % 1000)
+            if args.logprobs:
+                _logprobs(req, args.logprobs)
+            if n == args.steps - 1:
+                req.to_finish = FINISH_LENGTH(length=len(req.output_ids))
+            req.update_finish_state()
+        model_allocs += gc.get_count()[0] - before
+        timed(rec.launched, step, ForwardMode.DECODE, tuple(running), None, None, None, None, time.time_ns(), len(running), 0, 0.5)
+        timed(rec.processed, step, time.time_ns())
+        done += [r for r in running if r.finished_reason is not None]
+        running = [r for r in running if r.finished_reason is None]
+        step += 1
+    return model_allocs, arrived, step
 
 
 class Timed:

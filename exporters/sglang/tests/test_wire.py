@@ -83,6 +83,30 @@ def test_a_decode_step_encoded_again_after_a_send_equals_its_entries_renumbered(
         assert a.ids == b.ids
 
 
+def test_a_decode_batch_is_its_known_requests_entries_new_ones_numbered_in_order():
+    """Requests joining a batch whose others have entries (one or several, known or not), found
+    with the caller's id set or by a failed join: each known request's entry, in the batch's
+    order, the new ones numbered in that order, as one by one."""
+    import random
+
+    rng = random.Random(3)
+    for case in range(200):
+        rids = [f"r{i}" for i in rng.sample(range(60), rng.randrange(1, 40))]
+        known = set(rids) - set(rng.sample(rids, min(len(rids), rng.randrange(0, 3))))
+        before = [rid for rid in rids if rng.random() < 0.5]  # with entries already
+        expected = RequestRefs()
+        for rid in before + rids:  # one by one
+            if rid in known and rid not in expected.decode_entries:
+                expected.decode_entries[rid] = wire.decode_entry(expected.ref(rid))
+        encoded = [rid for rid in rids if rid in known]
+        for id_set in (frozenset(rids), None):
+            refs = RequestRefs()
+            refs.decode_batch_of([rid for rid in before if rid in known], known)
+            batch, decoded = refs.decode_batch_of(rids, known, id_set)
+            assert refs.ids == expected.ids, case
+            assert decoded == encoded and batch == b"".join(expected.decode_entries[rid] for rid in encoded), case
+
+
 def test_speculative_entries_are_cached_per_export_and_renumbered_after_a_send():
     refs = RequestRefs()
     refs.entry("x", wire.PHASE_PREFILL, 8, 0)

@@ -100,10 +100,11 @@ class Step:
     end_ns: int = 0
     # Speculative decoding: the tokens the step made for each request (accepted drafts + 1).
     made: dict | None = None
-    # Set when the step window keeps it (`record.StepWindow`): its id and times packed, and the
-    # request ids it made a token for.
+    # Set when the step window keeps it (`record.StepWindow`): its id and times packed, the
+    # request ids it made a token for, its place in the window's stream of main steps.
     times: bytes = b""
     made_by: object = None
+    at: int = -1
     # A decode step: the ids its batch has entries for, in order (`RequestRefs.decode_batch_of`).
     decoded: list | None = None
 
@@ -205,7 +206,8 @@ class Recorder:
                 _, batch, ran, _, decoded = prev
             else:
                 rids = list(map(_RID, reqs))
-                (batch, decoded), ran = self.refs.decode_batch_of(rids, self.records), frozenset(rids)
+                ran = frozenset(rids)
+                batch, decoded = self.refs.decode_batch_of(rids, self.records, ran)
                 self.last_decode = (reqs, batch, ran, self.refs.ids, decoded)
             prefills, silent = [], set()
         else:
@@ -315,8 +317,7 @@ class Recorder:
         """`r`'s request has finished by now, as SGLang holds it; it is done here once the step
         that made its last token has ended. (This thread may run behind the scheduler: the
         request may have finished in a step whose output this thread has not yet seen, and is
-        looked at again in each step it ran in until then; `StepWindow.making` looks only at the
-        steps added since.)"""
+        looked at again in each step it ran in until then: `StepWindow.making` is a few slices.)"""
         w = self.window
         making = first_tokens(w.making(r), r.request_id, len(_output(r.req)) - r.handoff, w.speculative)
         if making is not None:

@@ -8,7 +8,8 @@ Three figures:
    call on a live scheduler;
 2. the exporter thread's CPU per step in steady decoding, recording and encoding the events of
    1,000 steps in one go (it also frees vLLM's step objects, which the engine's thread then no
-   longer does);
+   longer does); then with requests coming and going, one arriving before each step (its
+   prefill in the step, beside the decodes) and about one finishing;
 3. the engine's whole step, plain `Scheduler` against `TracingScheduler` with its exporter thread
    running, medians of alternating runs. On this CPU-only loop both threads want the GIL all
    the time, so this is the worst case; the figure is noisy (separate scheduler instances differ
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import time
@@ -49,11 +51,18 @@ from tokenscope_exporter import OFF  # noqa: E402
 SPEC = 0
 
 
-def scheduler(cls, batch: int, logprobs: int | None):
-    s = engine.make_scheduler(cls, max_num_seqs=batch, max_num_batched_tokens=16384, num_blocks=40000, spec_tokens=SPEC)
+def scheduler(cls, batch: int, logprobs: int | None, churn: random.Random | None = None):
+    """A scheduler with `batch` requests to decode: for ever, or with `churn`, each for batch / 2
+    to 3 * batch / 2 tokens (room for twice the batch: the bench adds one a step)."""
+    s = engine.make_scheduler(cls, max_num_seqs=2 * batch, max_num_batched_tokens=16384, num_blocks=80000, spec_tokens=SPEC)
     for i in range(batch):
-        s.add_request(engine.make_request(f"req-{i:04d}-{'x' * 24}", 64, 100000, logprobs=logprobs))
+        s.add_request(request(i, batch, logprobs, churn))
     return s
+
+
+def request(i: int, batch: int, logprobs: int | None, churn: random.Random | None):
+    tokens = churn.randrange(batch // 2, 3 * batch // 2) if churn else 100000
+    return engine.make_request(f"req-{i:04d}-{'x' * 24}", 64, tokens, logprobs=logprobs)
 
 
 def step(s, k: int, logprobs: int | None) -> int:
@@ -101,15 +110,22 @@ def hooks_per_step(batch: int) -> float:
     return (time.perf_counter_ns() - t) / n
 
 
-def exporter_per_step(batch: int, logprobs: int | None, steps: int) -> float:
-    """The exporter's CPU per decode step: 1,000 steps' events recorded in one go."""
-    s = scheduler(tokenscope_vllm.TracingScheduler, batch, logprobs)
+def exporter_per_step(batch: int, logprobs: int | None, steps: int, churn: bool = False) -> float:
+    """The exporter's CPU per step: 1,000 steps' events recorded in one go. With `churn`,
+    requests come and go: one arrives before each step (prefilled in it, beside the decodes)
+    and about one finishes."""
+    rng = random.Random(1) if churn else None
+    s = scheduler(tokenscope_vllm.TracingScheduler, batch, logprobs, rng)
     e = stopped(s.tokenscope)  # events wait in the buffer
+    n = batch
     for k in range(30):
         step(s, k, logprobs)
     e._drain()  # the batch's arrival and prefill
     before = e.steps
     for k in range(steps):
+        if churn:
+            s.add_request(request(n, batch, logprobs, rng))
+            n += 1
         step(s, k, logprobs)
     t = time.thread_time_ns()
     e._drain()
@@ -152,6 +168,7 @@ def main() -> None:
     ap.add_argument("--gpu-steps", type=int, default=8000, help="steps of item 4")
     ap.add_argument("--logprobs", type=int, default=0, help="top-k logprobs per token (0: none)")
     ap.add_argument("--spec", type=int, default=0, help="speculative decoding: draft tokens a step (0: none)")
+    ap.add_argument("--only-exporter", action="store_true", help="items 1 and 2 only")
     a = ap.parse_args()
     global SPEC
     SPEC = a.spec
@@ -160,6 +177,10 @@ def main() -> None:
     print(f"  1. hooks on the engine's thread:                    {hooks_per_step(a.batch) / 1e3:8.1f} µs/step")
     cpu = [exporter_per_step(a.batch, lp, a.steps) for _ in range(a.rounds)]
     print(f"  2. exporter thread CPU, steady decoding:            {statistics.median(cpu) / 1e3:8.1f} µs/step")
+    cpu = [exporter_per_step(a.batch, lp, a.steps, churn=True) for _ in range(a.rounds)]
+    print(f"     requests coming and going (one in a step):       {statistics.median(cpu) / 1e3:8.1f} µs/step")
+    if a.only_exporter:
+        return
     plain, traced, rounds = [], [], []
     for r in range(a.rounds):
         # Which goes first alternates: a process's later schedulers run slower than its first.

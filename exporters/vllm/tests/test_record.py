@@ -74,53 +74,67 @@ def test_logprob_rows_of_several_widths_come_back_one_per_token_in_step_order():
 
 
 def _window_scenario(rng, cap):
-    """A step window fed as a recorder feeds it: decode batches that stay the same for a while
-    (one id set shared by consecutive steps), requests joining and leaving, steps where some
-    made no token, dropped steps (gaps); and the records of the requests alive at the end."""
+    """A step window fed as the recorders feed it: decode batches that stay the same for a while
+    (one id set shared by consecutive steps, or vLLM's new dict each step), requests joining and
+    leaving, a new request's prefill in a step of its own between decode steps (SGLang), the
+    batch dropping at once to a few requests, steps where some made no token, dropped steps
+    (gaps); and the records of the requests alive at the end."""
     from types import SimpleNamespace as NS
 
     from tokenscope_exporter.record import RequestRecord, StepWindow
 
     window, records, alive, ran = StepWindow(cap=cap), {}, [], frozenset()
-    it, next_req, churn = 1000, 0, rng.choice([0.01, 0.2])
+    it, next_req, churn = 1000, 0, rng.choice([0.01, 0.2, 0.5])
+    as_dict, alone = rng.random() < 0.3, rng.random() < 0.5
+
+    def keep(ran, silent=frozenset()):
+        nonlocal it
+        it += 1 + (rng.random() < churn / 4) * rng.randrange(1, 4)  # now and then a dropped step
+        window.keep(NS(iteration_id=it, start_ns=it * 10, end_ns=it * 10 + 7, ran=ran, silent=silent), records)
+
     for _ in range(rng.randrange(1, 400)):
         if not alive or rng.random() < churn:  # one joins
             rid = f"r{next_req}"
             next_req += 1
+            records[rid] = RequestRecord(rid, 0, 0, 8, None, first_iteration=it + 1)
+            if alone:
+                keep(frozenset((rid,)))  # its prefill on its own
             alive.append(rid)
-            records[rid] = RequestRecord(rid, 0, 0, 8, None, first_iteration=it)
             ran = frozenset(alive)
         if len(alive) > 1 and rng.random() < churn / 2:  # one leaves
             alive.remove(rng.choice(alive))
             ran = frozenset(alive)
-        it += 1 + (rng.random() < churn / 4) * rng.randrange(1, 4)  # now and then a dropped step
+        if len(alive) > 8 and rng.random() < 0.01:  # most leave at once
+            del alive[: len(alive) - rng.randrange(1, 4)]
+            ran = frozenset(alive)
         silent = {rng.choice(alive)} if rng.random() < churn / 2 else set()
-        window.keep(NS(iteration_id=it, start_ns=it * 10, end_ns=it * 10 + 7, ran=ran, silent=silent), records)
+        keep(dict.fromkeys(alive, 1) if as_dict else ran, silent)
         if cap > 1000 and rng.random() < 0.1:  # a recorder behind the engine looks early
             window.making(records[rng.choice(alive)])
     return window, records
 
 
-def test_the_steps_that_made_a_requests_tokens_are_found_by_runs_as_one_by_one():
+def test_the_steps_that_made_a_requests_tokens_are_followed_as_found_one_by_one():
     import random
 
     rng = random.Random(21)
-    long_runs = 0
-    for case in range(300):
+    streams = sides = 0
+    for case in range(400):
         window, records = _window_scenario(rng, cap=rng.choice([64, 8192]))
-        long_runs += 4 * len(window.run_starts) <= len(window.steps)  # tested a run at a time
+        streams += len(window.stream) > len(window.steps) // 2
+        sides += sum(map(len, window.side.values())) > 0
         for r in records.values():
             start = max(0, r.first_iteration - window.base)
             expected = [s for s in window.steps[start:] if r.request_id in s.made_by]
             assert window.making(r) == expected, (case, r.request_id)
-    assert long_runs > 50
+    assert streams > 100 and sides > 100, (streams, sides)
 
 
-def test_token_times_sliced_from_the_window_equal_the_steps_joined():
+def test_token_times_sliced_from_the_window_or_its_stream_equal_the_steps_joined():
     import random
 
     rng = random.Random(22)
-    checked = 0
+    checked = from_stream = 0
     for case in range(200):
         window, records = _window_scenario(rng, cap=8192)
         for r in records.values():
@@ -132,5 +146,7 @@ def test_token_times_sliced_from_the_window_equal_the_steps_joined():
                 sliced = wire._tokens(r)
                 r.time_tokens(making)  # no window: each step's packed row, joined
                 assert wire._tokens(r) == sliced, (case, r.request_id)
-                checked += window.columns(making) is not None
+                checked += window.columns(making, r.request_id) is not None
+                from_stream += window.columns(making) is None and window.columns(making, r.request_id) is not None
     assert checked > 100, "most requests ran in consecutive steps"
+    assert from_stream > 100, "many ran in every main step, after a prefill of their own"

@@ -80,10 +80,11 @@ class Step:
     # Speculative decoding: the tokens the step made for each request that verified drafts
     # (accepted + 1); every other request in it made one.
     made: dict | None = None
-    # Set when the step window keeps it (`record.StepWindow`): its id and times packed, and the
-    # request ids it made a token for.
+    # Set when the step window keeps it (`record.StepWindow`): its id and times packed, the
+    # request ids it made a token for, its place in the window's stream of main steps.
     times: bytes = b""
     made_by: object = None
+    at: int = -1
 
 
 def per_request_logprobs(lp) -> bool:
