@@ -5,6 +5,7 @@ step with the plugin recording against one without, on the same machine at the s
 from __future__ import annotations
 
 import statistics
+import time
 
 # Steps a block; the first few of each are left out (the exporter drains the block before's).
 BLOCK, SETTLE = 100, 20
@@ -47,4 +48,32 @@ def report(on: list, off: list, pairs: list, indent: str) -> list[str]:
         f"{indent}on less off, mean of the pairs (95 % interval): {m / 1e3:+.0f} ± {half / 1e3:.0f} µs "
         f"({m / p * 100:+.1f} ± {half / p * 100:.1f} %)",
         f"{indent}share of a 20 ms / 50 ms GPU step (medians): {d / 20e6 * 100:+.2f} % / {d / 50e6 * 100:+.2f} %",
+    ]
+
+
+def gpu_wait(seconds: float) -> int:
+    """A step's GPU part: a sleep, the GIL released as a CUDA sync releases it. Returns how long
+    past `seconds` the thread took to run again: the OS's wake-up, and the wait for the GIL when
+    another thread (the exporter's) holds it."""
+    t = time.perf_counter_ns()
+    time.sleep(seconds)
+    return time.perf_counter_ns() - t - int(seconds * 1e9)
+
+
+def report_parts(recording: list, woke: list, waited: list, own: list, indent: str) -> list[str]:
+    """The step taken apart, on less off as mean of the pairs with its 95 % interval (µs): how
+    long the engine's thread waited to run again after the GPU part (`woke`, `gpu_wait`) and,
+    during its CPU part, for anything but its own work (`waited`: wall less thread CPU time: the
+    GIL, or the OS), both where an exporter that holds the GIL shows; and the thread's own CPU
+    (`own`), where the hooks' work is, and this machine's noise."""
+
+    def pairs(xs):
+        m, half = mean_interval(compare(xs, recording)[2])
+        return f"{m / 1e3:+.1f} ± {half / 1e3:.1f} µs"
+
+    return [
+        f"{indent}taken apart, on less off, mean of the pairs (95 % interval):",
+        f"{indent}  waiting to run again after the GPU part: {pairs(woke)}",
+        f"{indent}  waiting during the CPU part (GIL, OS):   {pairs(waited)}",
+        f"{indent}  the engine thread's own CPU:             {pairs(own)}",
     ]

@@ -17,7 +17,9 @@ Three figures:
 4. the engine's step as on a GPU: each step followed by a 5 ms wait (the model's forward, during
    which the exporter's thread may run), the step's own time measured; one `TracingScheduler`
    recording on and off in alternating blocks of 100 steps (off: its exporter swapped for `OFF`,
-   as when recording is off), so both halves see the same machine and the same scheduler.
+   as when recording is off), so both halves see the same machine and the same scheduler; and
+   the step taken apart (`blocks.report_parts`): the engine thread's waits, where an exporter
+   holding the GIL shows, apart from its own CPU, where this machine's noise is.
 
     scripts/test-engines --bench      (or: PYTHONPATH=.:tests python bench/overhead.py)
 """
@@ -65,11 +67,12 @@ def request(i: int, batch: int, logprobs: int | None, churn: random.Random | Non
     return engine.make_request(f"req-{i:04d}-{'x' * 24}", 64, tokens, logprobs=logprobs)
 
 
-def step(s, k: int, logprobs: int | None) -> int:
-    """One engine step; returns the scheduler's own time in it (ns)."""
-    t0 = time.perf_counter_ns()
+def step(s, k: int, logprobs: int | None, own: list | None = None) -> int:
+    """One engine step; returns the scheduler's own time in it (ns), and appends to `own` the
+    thread CPU time of the same parts."""
+    c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
     so = s.schedule()
-    t1 = time.perf_counter_ns()
+    t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
     ids = list(so.num_scheduled_tokens)
     lp = None
     if logprobs:
@@ -81,11 +84,14 @@ def step(s, k: int, logprobs: int | None) -> int:
     spec = so.scheduled_spec_decode_tokens
     rows = [[1000 + (k + i + j) % 300 for j in range(1 + (i % (SPEC + 1) if rid in spec else 0))] for i, rid in enumerate(ids)]
     mro = engine.model_runner_output(ids, rows, lp)
-    t2 = time.perf_counter_ns()
+    c2, t2 = time.thread_time_ns(), time.perf_counter_ns()
     s.update_from_output(so, mro)
     if SPEC:
         s.update_draft_token_ids(engine.DraftTokenIds(ids, [[3000 + j for j in range(SPEC)] for _ in ids]))
-    return (t1 - t0) + (time.perf_counter_ns() - t2)
+    t3 = time.perf_counter_ns()
+    if own is not None:
+        own.append((c1 - c0) + (time.thread_time_ns() - c2))
+    return (t1 - t0) + (t3 - t2)
 
 
 def stopped(e):
@@ -144,20 +150,22 @@ def engine_steps(cls, batch: int, steps: int, logprobs: int | None) -> list[int]
 GPU_S = 0.005
 
 
-def gpu_steps(batch: int, steps: int, logprobs: int | None) -> tuple[list, list, list]:
-    """Step times (ns) with recording on and off, and per pair of blocks on less off (`blocks`)."""
+def gpu_steps(batch: int, steps: int, logprobs: int | None) -> tuple[list, list, list, list]:
+    """Step times (ns) with recording on and off, per pair of blocks on less off (`blocks`), and
+    the step taken apart (`blocks.report_parts`)."""
     s = scheduler(tokenscope_vllm.TracingScheduler, batch, logprobs)
     real = s.tokenscope
-    times, recording = [], []
+    times, own, woke, recording = [], [], [], []
     for k in range(steps):
         on = blocks.recording_on(k)
         s.tokenscope = real if on else OFF
-        times.append(step(s, k, logprobs))
+        times.append(step(s, k, logprobs, own))
         recording.append(on)
-        time.sleep(GPU_S)
+        woke.append(blocks.gpu_wait(GPU_S))
     s.tokenscope = real
     real.close()
-    return blocks.compare(times, recording)
+    waited = [t - o for t, o in zip(times, own)]
+    return (*blocks.compare(times, recording), blocks.report_parts(recording, woke, waited, own, "     "))
 
 
 def main() -> None:
@@ -197,9 +205,9 @@ def main() -> None:
     print(f"     with TracingScheduler and its exporter thread:   {t / 1e3:8.1f} µs/step ({d / 1e3:+.1f}, {d / p * 100:+.1f} %)")
     print(f"     difference per round (spread):                   {', '.join(f'{x / 1e3:+.0f}' for x in rounds)} µs")
     print(f"     share of a 20 ms / 50 ms GPU step:               {d / 20e6 * 100:+.2f} % / {d / 50e6 * 100:+.2f} %")
-    on, off, pairs = gpu_steps(a.batch, a.gpu_steps, lp)
+    on, off, pairs, parts = gpu_steps(a.batch, a.gpu_steps, lp)
     print(f"  4. engine step with a {GPU_S * 1e3:.0f} ms GPU wait, recording on and off in blocks of one scheduler:")
-    print("\n".join(blocks.report(on, off, pairs, "     ")))
+    print("\n".join(blocks.report(on, off, pairs, "     ") + parts))
 
 if __name__ == "__main__":
     main()
