@@ -79,8 +79,10 @@ class Texts:
 
     def use(self, ids) -> None:
         """Notes the ids of a recorded request's tokens or candidates (call only when
-        `available()`). A set update, not a loop in Python: this runs for every token."""
-        self._used.update(ids)
+        `available()`). A set update, not a loop in Python: this runs for every token. A numpy
+        column (vLLM's candidates) as Python ints: the wire and the tokenizer take those."""
+        tolist = getattr(ids, "tolist", None)
+        self._used.update(tolist() if tolist is not None else ids)
 
     def take(self) -> tuple[list[int], list[str]]:
         """The ids and texts the next export carries: those used since the last call whose texts

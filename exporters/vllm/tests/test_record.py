@@ -62,15 +62,56 @@ def test_logprob_rows_of_several_widths_come_back_one_per_token_in_step_order():
     step(1, 3, ["r", "other"])
     step(2, 5, ["other", "r"])  # a top-5 request joined: wider rows
     step(3, 3, ["r"])
-    lp.split()  # one export: the width-5 step's group comes after the width-3 one
     step(4, 5, ["r", "other"])
-    lp.split()
+    lp.rows(r)  # the width-5 rows come after the width-3 ones
     making = [SimpleNamespace(iteration_id=it) for it in (1, 2, 3, 4)]
     StepLogprobs.columns(r, making, len(making))
     assert r.logprobs == [-1.0, -2.0, -3.0, -4.0]
     assert r.ranks == [1, 2, 3, 4]
     assert r.candidate_counts == [3, 5, 3, 5]
     assert r.candidate_ids == [10, 11, 12, 20, 21, 22, 23, 24, 30, 31, 32, 40, 41, 42, 43, 44]
+
+
+def test_each_request_gets_its_own_logprob_rows_of_every_step_as_requests_come_and_go():
+    """Requests joining and leaving batches of several widths, the tables trimmed as they go:
+    each finished request's rows are its rows of the steps it ran in, as read step by step."""
+    import random
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tokenscope_vllm.recorder import Record, StepLogprobs
+
+    rng = random.Random(5)
+    lp, alive, expected, checked, it = StepLogprobs(), [], {}, 0, 0
+    for n in range(3000):
+        if not alive or rng.random() < 0.3:
+            r = Record(request_id=f"r{n}", arrival_ns=0, queued_ns=0, prompt_tokens=4, sampling=None)
+            lp.want(r)
+            alive.append(r)
+            expected[r.request_id] = []
+        batch = [r for r in alive if rng.random() < 0.9] + [None] * rng.randrange(0, 2)  # None: no logprobs asked
+        if not batch:
+            continue
+        it += 1 + rng.randrange(0, 2)
+        k = rng.choice([1, 1, 1, 3])
+        ids = np.array([[it * 100 + j for j in range(k)] + [i] for i in range(len(batch))], dtype=np.int64)
+        lps = -ids.astype(np.float32)
+        ranks = np.arange(len(batch), dtype=np.int64) + it
+        lp.add(it, [r.request_id if r else f"x{it}" for r in batch], SimpleNamespace(logprob_token_ids=ids, logprobs=lps, sampled_token_ranks=ranks))
+        for i, r in enumerate(batch):
+            if r is not None:
+                expected[r.request_id].append((it, ids[i].tolist(), ranks[i]))
+        if len(alive) > 3 and rng.random() < 0.3:  # one finishes
+            r = alive.pop(rng.randrange(len(alive)))
+            lp.rows(r)
+            lp.done(r)
+            got = sorted(
+                (int(a), list(map(int, b)), int(c)) for piece in r.lp_chunks for a, b, c in zip(piece[0], piece[1], piece[3])
+            )
+            assert got == sorted((a, b, int(c)) for a, b, c in expected.pop(r.request_id)), (n, r.request_id)
+            checked += 1
+    assert checked > 300 and sum(t.n for t in lp.tables.values()) < 3000 * 4, "checked, and the tables trimmed"
 
 
 def _window_scenario(rng, cap):

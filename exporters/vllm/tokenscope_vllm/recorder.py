@@ -19,7 +19,10 @@ finish its prompt.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 
 import numpy as np
 
@@ -51,8 +54,10 @@ class Record(RequestRecord):
     # Once preempted (`Recorder.preempted`), until it resumes: the request it made room for,
     # and the tokens it will compute again.
     preempted_for: tuple = ("", 0)
-    # Its logprob rows, split out of the steps' arrays once per export (`StepLogprobs`).
+    # Its logprob rows, in pieces (`StepLogprobs.rows`), and where in their numbering they
+    # start.
     lp_chunks: list = field(default_factory=list)
+    lp_since: int = 0
 
 
 @dataclass
@@ -94,19 +99,28 @@ def per_request_logprobs(lp) -> bool:
     return lp is not None and getattr(lp, "cu_num_generated_tokens", None) is not None
 
 
+_ITERATION_ID = attrgetter("iteration_id")
+
+
 class StepLogprobs:
     """Logprobs kept as vLLM's model runner made them: each step's arrays for its whole batch
-    (`ModelRunnerOutput.logprobs`, by reference), split by request once per export with numpy.
-    Reading them per request and step, as vLLM's own outputs slice them, cost about 3 µs per
-    request: 0.8 ms a step at a batch of 256 (docs/BENCHMARKS.md)."""
+    (`ModelRunnerOutput.logprobs`) appended to one table of rows per width, each row tagged with
+    its request's code and its step's id; a finished request's rows are found with one
+    comparison over the rows since it arrived. Reading them per request and step, as vLLM's own
+    outputs slice them, cost about 3 µs per request (0.8 ms a step at a batch of 256); splitting
+    every export's steps by request cost 1.3 ms an export, and a request that finished each
+    step, its hundreds of pieces, 5 ms a step (docs/BENCHMARKS.md)."""
 
     def __init__(self) -> None:
         # Request id -> its code, for the live requests that asked for logprobs.
         self.codes: dict[str, int] = {}
         self.by_code: dict[int, Record] = {}
         self._next = 0
-        # (iteration id, codes of the batch's rows, token ids, logprobs, ranks) per step.
-        self.steps: list = []
+        # The rows, by width (vLLM's arrays are as wide as the batch's largest top-k, which
+        # changes as requests come and go); rows are numbered across widths as they come.
+        self.tables: dict[int, _Rows] = {}
+        self.clock = 0
+        self._adds = 0
         # The last batch's request ids and their codes: a decode batch repeats step after step.
         self._last_ids: list | None = None
         self._last_codes = None
@@ -114,6 +128,7 @@ class StepLogprobs:
     def want(self, r: Record) -> None:
         self.codes[r.request_id] = self._next
         self.by_code[self._next] = r
+        r.lp_since = self.clock  # its rows come after
         self._next += 1
         self._last_ids = None  # a batch with it has other codes
 
@@ -124,35 +139,30 @@ class StepLogprobs:
 
     def add(self, iteration_id: int, req_ids: list, lp) -> None:
         if req_ids != self._last_ids:  # a C-level comparison of the same str objects
-            get = self.codes.get
-            self._last_codes = np.fromiter((get(rid, -1) for rid in req_ids), np.int64, len(req_ids))
+            self._last_codes = np.array(list(map(self.codes.get, req_ids, repeat(-1, len(req_ids)))), np.int64)
             self._last_ids = req_ids
-        self.steps.append((iteration_id, self._last_codes, lp.logprob_token_ids, lp.logprobs, lp.sampled_token_ranks))
+        ids = lp.logprob_token_ids
+        table = self.tables.get(ids.shape[1])
+        if table is None:
+            table = self.tables[ids.shape[1]] = _Rows(ids.shape[1])
+        table.append(self.clock, iteration_id, self._last_codes, ids, lp.logprobs, lp.sampled_token_ranks)
+        self.clock += len(self._last_codes)
+        self._adds += 1
+        if self._adds % 256 == 0:
+            # Only live requests' rows are kept: a long request would otherwise keep every row
+            # of the thousands that came and went beside it.
+            live = np.fromiter(self.by_code, np.int64, len(self.by_code))
+            for table in self.tables.values():
+                table.keep_only(live)
 
-    def split(self) -> None:
-        """Hands each live request its rows of the steps kept so far: one numpy sort for all the
-        steps of a width (vLLM's arrays are as wide as the batch's largest top-k, which changes
-        as requests come and go)."""
-        steps, self.steps = self.steps, []
-        by_width: dict[int, list] = {}
-        for s in steps:
-            by_width.setdefault(s[2].shape[1], []).append(s)
-        for group in by_width.values():
-            self._split(group)
-
-    def _split(self, steps: list) -> None:
-        codes = np.concatenate([s[1] for s in steps])
-        its = np.repeat(np.fromiter((s[0] for s in steps), np.int64, len(steps)), [len(s[1]) for s in steps])
-        ids, lps = np.concatenate([s[2] for s in steps]), np.concatenate([s[3] for s in steps])
-        ranks = np.concatenate([s[4] for s in steps])
-        order = np.argsort(codes, kind="stable")
-        codes = codes[order]
-        cuts = np.flatnonzero(np.diff(codes)) + 1
-        for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(codes)]))):
-            r = self.by_code.get(int(codes[lo]))
-            if r is not None:
-                rows = order[lo:hi]
-                r.lp_chunks.append((its[rows], ids[rows], lps[rows], ranks[rows]))
+    def rows(self, r: Record) -> None:
+        """Hands the request its rows (one piece per width it has rows in), before it is done."""
+        code = self.codes.get(r.request_id)
+        if code is not None:
+            for table in self.tables.values():
+                piece = table.rows_of(code, r.lp_since)
+                if piece is not None:
+                    r.lp_chunks.append(piece)
 
     @staticmethod
     def columns(r: Record, making: list, n: int) -> None:
@@ -160,7 +170,16 @@ class StepLogprobs:
         that made them (rows of other widths in chunks of their own; a speculative step's
         several rows in their order)."""
         chunks, r.lp_chunks = r.lp_chunks, []
-        made = np.fromiter((s.iteration_id for s in making), np.int64, len(making))
+        made = np.fromiter(map(_ITERATION_ID, making), np.int64, len(making))
+        if len(chunks) == 1 and len(chunks[0][0]) == n == len(made) and np.array_equal(chunks[0][0], made):
+            # One row for each step that made a token, in order (most requests): vLLM's arrays
+            # are the columns, the sampled token's logprob first in each row.
+            _, ids, lps, ranks = chunks[0]
+            k = ids.shape[1] - 1
+            r.ranks, r.logprobs = ranks, lps[:, 0]
+            r.candidate_counts = wire.Packed(bytes((k,)) * n, "B") if k < 128 else [k] * n
+            r.candidate_ids, r.candidate_logprobs = ids[:, 1:].ravel(), lps[:, 1:].ravel()
+            return
         masks = [np.isin(c[0], made) for c in chunks]
         its = np.concatenate([c[0][m] for c, m in zip(chunks, masks)])
         if len(its) != n or len(np.unique(its)) != len(making):
@@ -183,6 +202,71 @@ class StepLogprobs:
         r.candidate_counts = [len(row) - 1 for row in ids]
         r.candidate_ids = [t for row in ids for t in row[1:]]
         r.candidate_logprobs = [x for row in lps for x in row[1:]]
+
+
+class _Rows:
+    """One width's logprob rows in the order they came (`StepLogprobs`): each row's request code
+    and step id, and vLLM's row (the sampled token's id and logprob first, then the top-k's; the
+    rank). Rows are numbered across widths: `since` arguments are such numbers."""
+
+    def __init__(self, width: int, capacity: int = 4096) -> None:
+        self.n = 0
+        self.codes = np.empty(capacity, np.int64)
+        self.its = np.empty(capacity, np.int64)
+        self.ids = np.empty((capacity, width), np.int64)
+        self.lps = np.empty((capacity, width), np.float32)
+        self.ranks = np.empty(capacity, np.int64)
+        # Where each step's rows start: their number across widths, and here.
+        self.starts: list[int] = []
+        self.local: list[int] = []
+
+    def append(self, number: int, iteration_id: int, codes, ids, lps, ranks) -> None:
+        n, m = self.n, len(codes)
+        if n + m > len(self.codes):
+            self._resize(max(2 * len(self.codes), n + m))
+        self.codes[n : n + m] = codes
+        self.its[n : n + m] = iteration_id
+        self.ids[n : n + m] = ids
+        self.lps[n : n + m] = lps
+        self.ranks[n : n + m] = ranks
+        self.starts.append(number)
+        self.local.append(n)
+        self.n = n + m
+
+    def rows_of(self, code: int, since: int):
+        """The request's rows from row number `since` on: (step ids, token ids, logprobs, ranks)."""
+        k = bisect_left(self.starts, since)
+        if k == len(self.starts):
+            return None
+        lo = self.local[k]
+        hit = np.flatnonzero(self.codes[lo : self.n] == code)
+        if not len(hit):
+            return None
+        hit += lo
+        return self.its[hit], self.ids[hit], self.lps[hit], self.ranks[hit]
+
+    def keep_only(self, codes) -> None:
+        """Forgets the rows of other requests than `codes`' (one pass over the rows, in C)."""
+        n = self.n
+        kept = np.isin(self.codes[:n], codes)
+        m = int(np.count_nonzero(kept))
+        if m < n:
+            for column in (self.codes, self.its, self.ids, self.lps, self.ranks):
+                column[:m] = column[:n][kept]
+            # Each step's rows start where as many rows were kept before them.
+            before = np.concatenate(([0], np.cumsum(kept)))
+            local = before[self.local].tolist()
+            k = bisect_right(local, 0) - 1 if local else 0  # the steps before the first kept row
+            self.starts, self.local, self.n = self.starts[max(k, 0) :], local[max(k, 0) :], m
+        if len(self.codes) > 4096 and 4 * self.n < len(self.codes):
+            self._resize(max(4096, 2 * self.n))
+
+    def _resize(self, capacity: int) -> None:
+        for name in ("codes", "its", "ids", "lps", "ranks"):
+            old = getattr(self, name)
+            new = np.empty((capacity, *old.shape[1:]), old.dtype)
+            new[: self.n] = old[: self.n]
+            setattr(self, name, new)
 
 
 class Recorder:
@@ -373,7 +457,6 @@ class Recorder:
 
     def take(self) -> tuple[list[bytes], list[bytes]]:
         """The encoded requests and iterations finished since the last call."""
-        self.lp.split()
         out = (self.requests_out, self.iterations_out)
         self.requests_out, self.iterations_out = [], []
         return out
@@ -485,13 +568,13 @@ class Recorder:
         making = self.window.making(r)
         if sp is not None and sp.logprobs is not None:
             self.logprob_requests -= 1
-            self.lp.split()  # its latest rows are still in the steps' arrays
+            self.lp.rows(r)
             if r.lp_chunks:
                 StepLogprobs.columns(r, making, n)
             self.lp.done(r)
         reason = req.get_finished_reason()
         r.finish_reason = _FINISH.get(int(reason), wire.FINISH_STOP) if reason is not None else wire.FINISH_ABORT
-        if r.logprobs and len(r.logprobs) != n:
+        if len(r.logprobs) and len(r.logprobs) != n:
             # Logprobs for some tokens only: a column must cover all or none.
             r.logprobs = r.ranks = r.candidate_counts = r.candidate_ids = r.candidate_logprobs = []
         if r.token_ids and r.token_ids[-1] in r.stop_token_ids:
