@@ -21,7 +21,7 @@ Three figures:
    the step taken apart (`blocks.report_parts`): the engine thread's waits, where an exporter
    holding the GIL shows, apart from its own CPU, where this machine's noise is.
 
-    scripts/test-engines --bench      (or: PYTHONPATH=.:tests python bench/overhead.py)
+    scripts/test-engines --bench      (or, the exporter from its source: PYTHONPATH=../core:.:tests python bench/overhead.py)
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import LogprobsLists  # noqa: E402
 
 import tokenscope_vllm  # noqa: E402
-from tokenscope_exporter import OFF  # noqa: E402
+from tokenscope_exporter import OFF, wire  # noqa: E402
 
 
 # Speculative decoding (`--spec K`): K drafts a step for every request, of which each step
@@ -187,7 +187,8 @@ def main() -> None:
     global SPEC
     SPEC = a.spec
     lp = a.logprobs or None
-    print(f"vLLM scheduler (CPU), batch {a.batch} decoding, logprobs {a.logprobs}, drafts {a.spec}")
+    native = "built" if wire._pack_rows is not None else "not built: the Python fallback"
+    print(f"vLLM scheduler (CPU), batch {a.batch} decoding, logprobs {a.logprobs}, drafts {a.spec}; exporter's native part {native}")
     print(f"  1. hooks on the engine's thread:                    {hooks_per_step(a.batch) / 1e3:8.1f} µs/step")
     cpu = [exporter_per_step(a.batch, lp, a.steps) for _ in range(a.rounds)]
     print(f"  2. exporter thread CPU, steady decoding:            {statistics.median(cpu) / 1e3:8.1f} µs/step")
