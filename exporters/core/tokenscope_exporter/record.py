@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -333,9 +334,8 @@ class StepWindow:
         for column in (self.ids, self.starts, self.ends):
             del column[: 8 * drop]
         self.base += drop
-        s, k = self.stream, 0
-        while k < len(s) and s[k].iteration_id < self.base:
-            k += 1
+        s = self.stream
+        k = bisect_left(s, self.base, key=_ITERATION_ID)
         del s[:k]
         for column in self.stream_columns:
             del column[: 8 * k]
@@ -359,12 +359,12 @@ class StepWindow:
             a, b = 8 * first, 8 * (last + 1)
             return self.ids[a:b], self.starts[a:b], self.ends[a:b]  # copies, as slices of a bytearray
         k = 0
-        while k < len(steps) and k < _SIDE_HEAD and getattr(steps[k], "at", -1) < 0:
+        while k < len(steps) and k < _SIDE_HEAD and steps[k].at < 0:
             k += 1
         if rid is None or k == len(steps):
             return None
         s, sb = self.stream, self.stream_base
-        first, last = steps[k].at - sb, getattr(steps[-1], "at", -1) - sb
+        first, last = steps[k].at - sb, steps[-1].at - sb
         if first < 0 or last - first + 1 != len(steps) - k or last >= len(s) or s[first] is not steps[k] or s[last] is not steps[-1]:
             return None
         # As many steps as stream steps between the two ends: all of them, unless one of its side

@@ -256,8 +256,8 @@ class _Rows:
             # Each step's rows start where as many rows were kept before them.
             before = np.concatenate(([0], np.cumsum(kept)))
             local = before[self.local].tolist()
-            k = bisect_right(local, 0) - 1 if local else 0  # the steps before the first kept row
-            self.starts, self.local, self.n = self.starts[max(k, 0) :], local[max(k, 0) :], m
+            k = bisect_right(local, 0) - 1  # the steps before the first kept row (the first starts at 0)
+            self.starts, self.local, self.n = self.starts[k:], local[k:], m
         if len(self.codes) > 4096 and 4 * self.n < len(self.codes):
             self._resize(max(4096, 2 * self.n))
 
